@@ -1,0 +1,42 @@
+# Readers: `make html`.  Maintainers: `make test`, `make doctest`, `make record`, `make bench`.
+# Every target creates the virtualenv from the pinned requirements first, if it is missing or stale.
+
+PYTHON     ?= python3
+VENV       := .venv
+BIN        := $(VENV)/bin
+BUILD      := _build
+SPHINXOPTS ?= -W --keep-going -j auto
+SPHINX     := $(BIN)/sphinx-build -c . $(SPHINXOPTS)
+
+.PHONY: html doctest record test bench serve clean venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+html: venv
+	$(SPHINX) -b html source $(BUILD)/html -d $(BUILD)/doctrees
+
+# Re-executes every document (no cache) and compares each block with the verified record.
+doctest: venv
+	$(SPHINX) -E -b doctest source $(BUILD)/doctest -d $(BUILD)/doctrees-doctest
+
+# Re-executes every document and rewrites the verified record under record/.
+record: venv
+	$(SPHINX) -E -b record source $(BUILD)/record -d $(BUILD)/doctrees-record
+
+test: venv
+	$(BIN)/python -m pytest tests
+	$(MAKE) doctest
+
+bench: venv
+	$(BIN)/python bench/run.py
+
+serve: html
+	$(BIN)/python -m http.server --directory $(BUILD)/html 8000
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,37 @@
+"""Sphinx configuration for "Learn to think in JAX". Built with `sphinx-build -c . source …`."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT / "ext"))
+
+project = "Learn to think in JAX"
+author = "The JAX path"
+copyright = "2026, The JAX path"
+
+extensions = [
+    "myst_parser",
+    "sphinx_design",
+    "sphinx_copybutton",
+    "verified",
+]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build"]
+myst_enable_extensions = ["colon_fence", "dollarmath", "deflist"]
+myst_heading_anchors = 3
+
+html_theme = "sphinx_book_theme"
+html_title = "Learn to think in JAX"
+html_theme_options = {
+    "show_toc_level": 2,
+    "use_download_button": False,
+}
+html_static_path = []
+
+# Copy buttons on code only: never on outputs, captions or prompts.
+copybutton_selector = "div.cell-input pre, div.highlight-python pre"
+
+# The course is verified on CPU; pin the backend so a machine with a GPU runs the same thing.
+verified_env = {"JAX_PLATFORMS": "cpu"}
+verified_timeout = 300

@@ -1,0 +1,50 @@
+"""verified: every code block runs, and its real output is rendered with its provenance.
+
+The pipeline, one module per phase:
+
+    directive.py  parse ``{code-cell}`` and leave a placeholder node
+    collect.py    read a page's blocks and settings from its source, and key them
+    schedule.py   before Sphinx reads, run the pages that need it, concurrently
+    execute.py    run one page in a fresh subprocess (worker.py is the child side)
+    cache.py      store results by key; record.py keeps the verified record
+    render.py     turn a typed result into docutils nodes
+    builders.py   the ``doctest`` and ``record`` builders
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sphinx.application import Sphinx
+
+from . import config, schedule
+from .builders import RecordBuilder, VerifiedDoctestBuilder
+from .directive import CodeCellDirective, code_cell
+from .render import depart_reveal_html, depart_reveal_plain, reveal, visit_reveal_html, visit_reveal_plain
+
+STATIC = Path(__file__).with_name("static")
+
+
+def _add_static(app: Sphinx) -> None:
+    if app.builder.format == "html":
+        app.config.html_static_path.append(str(STATIC))
+        app.add_css_file("verified.css")
+
+
+def setup(app: Sphinx) -> dict:
+    config.register(app)
+    app.add_directive("code-cell", CodeCellDirective)
+    app.add_node(code_cell)
+    plain = (visit_reveal_plain, depart_reveal_plain)
+    app.add_node(reveal, html=(visit_reveal_html, depart_reveal_html),
+                 latex=plain, text=plain, man=plain, texinfo=plain)
+    app.add_transform(schedule.RenderCells)
+    app.add_builder(VerifiedDoctestBuilder)
+    app.add_builder(RecordBuilder)
+    app.connect("builder-inited", schedule.on_builder_inited)
+    app.connect("builder-inited", _add_static)
+    app.connect("env-get-outdated", schedule.on_env_get_outdated)
+    app.connect("env-before-read-docs", schedule.on_env_before_read_docs)
+    app.connect("build-finished", schedule.on_build_finished)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True,
+            "env_version": 1}

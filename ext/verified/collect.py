@@ -1,0 +1,144 @@
+"""Collect: read a document's source (not its doctree) into a ``DocJob``.
+
+This runs before Sphinx reads anything, so that execution can happen first and in
+parallel. It uses MyST's own Markdown parser and the directive's own option parser, so
+what is collected here is exactly what the directive will see later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from docutils.parsers.rst import DirectiveError
+from markdown_it.token import Token
+from myst_parser.config.main import MdParserConfig, TopmatterReadError, read_topmatter
+from myst_parser.parsers.directives import MarkupError, parse_directive_text
+from myst_parser.parsers.mdit import create_md_parser
+from markdown_it.renderer import RendererHTML
+
+from .config import parse_doc_settings
+from .directive import LANGUAGES, CodeCellDirective
+from .model import Block, DocJob, DocSettings
+
+WORKER_SOURCE = Path(__file__).with_name("worker.py")
+
+
+@dataclass
+class Collected:
+    """A document's job, plus anything that stops it from running (line, message).
+
+    Bad code-cell options are reported by MyST when the page is read; a bad front
+    matter is reported by the renderer (``front_matter_error``).
+    """
+
+    job: DocJob
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    front_matter_error: str | None = None
+
+
+_PARSER = None
+
+
+def _parser():
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = create_md_parser(MdParserConfig(enable_extensions={"colon_fence"}), RendererHTML)
+    return _PARSER
+
+
+def _code_cell_fences(tokens: list[Token]):
+    for token in tokens:
+        if token.type != "fence" or token.map is None:
+            continue
+        info = token.info.strip()
+        if info.startswith("{code-cell}"):
+            yield token, info[len("{code-cell}"):].strip()
+
+
+def collect(docname: str, path: str | Path, text: str | None = None) -> Collected:
+    """Parses ``path`` into a DocJob (its key is filled in by ``with_key``)."""
+    path = Path(path)
+    if text is None:
+        text = path.read_text(encoding="utf-8")
+    problems: list[tuple[int, str]] = []
+    front_matter_error = None
+    try:
+        settings = parse_doc_settings(read_topmatter(text))
+    except (TopmatterReadError, ValueError) as err:
+        front_matter_error = f"front matter: {err}"
+        problems.append((1, front_matter_error))
+        settings = DocSettings()
+
+    blocks = []
+    for token, first_line in _code_cell_fences(_parser().parse(text)):
+        line = token.map[0] + 1
+        try:
+            parsed = parse_directive_text(CodeCellDirective, first_line, token.content, line=line)
+        except (MarkupError, DirectiveError) as err:
+            problems.append((line, f"code-cell options: {err}"))
+            continue
+        if parsed.warnings:
+            problems.extend((w.lineno or line, f"code-cell: {w.msg}") for w in parsed.warnings)
+            continue
+        if parsed.arguments and parsed.arguments[0] not in LANGUAGES:
+            problems.append((line, f"code-cell language {parsed.arguments[0]!r} is not Python"))
+            continue
+        blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options))
+    return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems,
+                     front_matter_error)
+
+
+def _block(index: int, line: int, source: str, options: dict) -> Block:
+    tags = tuple(options.get("tags", ()))
+    raises = options.get("raises")
+    if raises is None and "raises-exception" in tags:
+        raises = ""  # MyST-NB's untyped tag: any exception is expected
+    return Block(
+        index=index,
+        line=line,
+        source=source,
+        raises=raises,
+        timeout=options.get("timeout"),
+        skip="skip-execution" in tags,
+        tags=tags,
+        varies=options.get("output") == "varies",
+        predict=options.get("predict"),
+        normalize=tuple(options.get("normalize", ())),
+    )
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment_identity(extra_env: dict[str, str]) -> dict:
+    """The parts of the executing environment that can change an output."""
+    return {
+        "worker": hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest(),
+        "python": sys.version,
+        "jax": _version("jax"),
+        "jaxlib": _version("jaxlib"),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "env": sorted(extra_env.items()),
+    }
+
+
+def with_key(job: DocJob, identity: dict) -> DocJob:
+    """The cache key hashes only what changes the output: code, execution options,
+    document settings and the environment identity; never prose or display options."""
+    payload = {
+        "environment": identity,
+        "settings": job.settings.as_dict(),
+        "blocks": [block.execution_identity() for block in job.blocks],
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return DocJob(job.docname, job.path, job.settings, job.blocks, key=digest)

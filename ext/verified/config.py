@@ -1,0 +1,143 @@
+"""Configuration: each ``conf.py`` value declared once, validated into one dataclass.
+
+Also validates the per-document ``execution:`` front-matter settings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sphinx.application import Sphinx
+from sphinx.errors import ConfigError
+
+from .model import DocSettings
+
+# name: (default, rebuild, types)
+CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
+    "verified_timeout": (120, "env", (int, float)),
+    "verified_jobs": (0, "", (int,)),
+    "verified_env": ({}, "env", (dict,)),
+    "verified_record_dir": ("record", "env", (str,)),
+    "verified_cache_dir": ("", "", (str,)),
+    "verified_report": ("", "", (str,)),
+    "verified_normalizers": ({}, "env", (dict,)),
+}
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """The validated configuration the scheduler, renderer and builders share."""
+
+    timeout: float
+    jobs: int
+    env: dict[str, str]
+    record_dir: Path
+    cache_dir: Path
+    report_path: Path
+    normalizers: dict[str, tuple[tuple[str, str], ...]]
+
+
+def register(app: Sphinx) -> None:
+    for name, (default, rebuild, types) in CONFIG_VALUES.items():
+        app.add_config_value(name, default, rebuild, types=types)
+
+
+def validate(app: Sphinx) -> ExecutionConfig:
+    """Builds the dataclass from ``app.config``; a bad value is a ``ConfigError`` naming it."""
+    config = app.config
+    timeout = config.verified_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"verified_timeout must be a positive number of seconds, got {timeout!r}")
+    jobs = config.verified_jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ConfigError(f"verified_jobs must be a non-negative integer (0: one per core), got {jobs!r}")
+    env = config.verified_env
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ConfigError(f"verified_env must map variable names to strings, got {env!r}")
+    for option in ("verified_record_dir", "verified_cache_dir", "verified_report"):
+        if not isinstance(getattr(config, option), str):
+            raise ConfigError(f"{option} must be a path string, got {getattr(config, option)!r}")
+    if not config.verified_record_dir:
+        raise ConfigError("verified_record_dir must not be empty")
+
+    confdir = Path(app.confdir)
+    build_root = Path(app.outdir).parent
+    return ExecutionConfig(
+        timeout=float(timeout),
+        jobs=jobs or os.cpu_count() or 1,
+        env=dict(env),
+        record_dir=confdir / config.verified_record_dir,
+        cache_dir=(confdir / config.verified_cache_dir if config.verified_cache_dir
+                   else build_root / ".execution-cache"),
+        report_path=(confdir / config.verified_report if config.verified_report
+                     else build_root / "execution-report.json"),
+        normalizers=_validate_normalizers(config.verified_normalizers),
+    )
+
+
+def _validate_normalizers(value: Any) -> dict[str, tuple[tuple[str, str], ...]]:
+    """``{name: [[regex, replacement], ...]}``; each regex must compile."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"verified_normalizers must be a dict, got {value!r}")
+    result = {}
+    for name, rules in value.items():
+        if not isinstance(name, str) or not isinstance(rules, (list, tuple)) or not rules:
+            raise ConfigError(
+                f"verified_normalizers[{name!r}] must be a non-empty list of [regex, replacement]")
+        pairs = []
+        for rule in rules:
+            if (not isinstance(rule, (list, tuple)) or len(rule) != 2
+                    or not all(isinstance(part, str) for part in rule)):
+                raise ConfigError(
+                    f"verified_normalizers[{name!r}]: each rule is [regex, replacement], got {rule!r}")
+            try:
+                re.compile(rule[0])
+            except re.error as err:
+                raise ConfigError(
+                    f"verified_normalizers[{name!r}]: bad regex {rule[0]!r}: {err}") from None
+            pairs.append((rule[0], rule[1]))
+        result[name] = tuple(pairs)
+    return result
+
+
+SETTING_KEYS = ("host_devices", "env", "timeout", "budget", "exclusive")
+
+
+def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
+    """The ``execution:`` key of a document's front matter; ValueError says what is wrong."""
+    data = (front_matter or {}).get("execution")
+    if data is None:
+        return DocSettings()
+    if not isinstance(data, dict):
+        raise ValueError(f"'execution' must be a mapping of settings, got {data!r}")
+    unknown = sorted(set(data) - set(SETTING_KEYS))
+    if unknown:
+        raise ValueError(
+            f"unknown execution setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_KEYS)}")
+    devices = data.get("host_devices")
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int)
+                                or devices < 1):
+        raise ValueError(f"host_devices must be a positive integer, got {devices!r}")
+    env = data.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
+        raise ValueError(f"env must map variable names to values, got {env!r}")
+    for key in ("timeout", "budget"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value <= 0):
+            raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
+    exclusive = data.get("exclusive", False)
+    if not isinstance(exclusive, bool):
+        raise ValueError(f"exclusive must be true or false, got {exclusive!r}")
+    return DocSettings(
+        host_devices=devices,
+        env=tuple(sorted((k, str(v)) for k, v in env.items())),
+        timeout=data.get("timeout"),
+        budget=data.get("budget"),
+        exclusive=exclusive,
+    )

@@ -1,0 +1,114 @@
+"""The ``{code-cell}`` directive: parses and validates, then leaves a placeholder node.
+
+Nothing runs here. The scheduler has already executed the document (before Sphinx read
+it); the renderer later swaps each placeholder for the block's result.
+
+The syntax is MyST-NB's text-notebook ``code-cell``, so a page written for MyST-NB (and
+jupytext) reads unchanged. Options beyond MyST-NB's are documented in the authoring guide.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+import yaml
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.util.docutils import SphinxDirective
+
+LANGUAGES = ("python", "python3", "ipython", "ipython3")
+
+# MyST-NB's cell tags that this extension honours.
+EXECUTION_TAGS = frozenset({"raises-exception", "skip-execution"})
+DISPLAY_TAGS = frozenset({
+    "remove-input", "remove-output", "remove-cell", "hide-input", "hide-output", "remove-stderr",
+})
+KNOWN_TAGS = EXECUTION_TAGS | DISPLAY_TAGS
+OUTPUT_MODES = ("exact", "varies")
+_DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+class code_cell(nodes.General, nodes.Element):
+    """Placeholder for one executable block; carries ``docname``, ``index`` and ``source``."""
+
+
+def tags_option(argument: str | None) -> tuple[str, ...]:
+    """``[a, b]`` (MyST-NB's YAML list) or ``a b``/``a, b``; every tag must be known."""
+    text = (argument or "").strip()
+    if text.startswith("["):
+        parsed = yaml.safe_load(text)
+        if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
+            raise ValueError(f"tags must be a list of names, not {text!r}")
+        tags = [t.strip() for t in parsed]
+    else:
+        tags = [t for t in re.split(r"[\s,]+", text) if t]
+    unknown = sorted(set(tags) - KNOWN_TAGS)
+    if unknown:
+        raise ValueError(
+            f"unknown tag(s) {', '.join(unknown)}; known tags: {', '.join(sorted(KNOWN_TAGS))}")
+    return tuple(tags)
+
+
+def raises_option(argument: str | None) -> str:
+    """An exception type name, e.g. ``TracerBoolConversionError`` or ``jax.errors.X``."""
+    name = (argument or "").strip()
+    if not _DOTTED_NAME.match(name) or any(keyword.iskeyword(p) for p in name.split(".")):
+        raise ValueError(f"expected an exception type name, got {name!r}")
+    return name
+
+
+def output_option(argument: str | None) -> str:
+    return directives.choice((argument or "").strip(), OUTPUT_MODES)
+
+
+def timeout_option(argument: str | None) -> float:
+    try:
+        value = float(argument or "")
+    except ValueError:
+        raise ValueError(f"timeout must be a number of seconds, got {argument!r}") from None
+    if not value > 0:
+        raise ValueError(f"timeout must be positive, got {argument!r}")
+    return value
+
+
+def predict_option(argument: str | None) -> str:
+    """The prompt shown above the hidden output; empty means the default prompt."""
+    return (argument or "").strip()
+
+
+def normalize_option(argument: str | None) -> tuple[str, ...]:
+    # Names are checked against the configured normalisers when the block is collected.
+    names = tuple(n for n in re.split(r"[\s,]+", (argument or "").strip()) if n)
+    if not names:
+        raise ValueError("give at least one normaliser name")
+    return names
+
+
+class CodeCellDirective(SphinxDirective):
+    """An executable Python block whose real output is rendered beneath it."""
+
+    required_arguments = 0
+    optional_arguments = 1
+    final_argument_whitespace = False
+    has_content = True
+    option_spec = {
+        "tags": tags_option,
+        "raises": raises_option,
+        "output": output_option,
+        "predict": predict_option,
+        "timeout": timeout_option,
+        "normalize": normalize_option,
+    }
+
+    def run(self) -> list[nodes.Node]:
+        language = self.arguments[0] if self.arguments else "python"
+        if language not in LANGUAGES:
+            raise self.error(
+                f"code-cell language must be one of {', '.join(LANGUAGES)}, not {language!r}")
+        node = code_cell()
+        node["docname"] = self.env.docname
+        node["source"] = "\n".join(self.content)
+        node["fence_line"] = self.lineno
+        self.set_source_info(node)
+        return [node]

@@ -1,0 +1,208 @@
+"""The parent side of execution: runs one document in a fresh subprocess.
+
+Enforces each block's timeout and the document's budget, and turns every way a worker
+can end (finished, a block failed, timed out, crashed, killed) into a ``DocResult`` whose
+failing block carries a message that says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+from .model import (
+    FAILED,
+    NOT_RUN,
+    BlockResult,
+    DocJob,
+    DocResult,
+    Environment,
+    Output,
+    block_result_from_json,
+)
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict[str, str]:
+    """The worker's environment: ours, the configured overrides, then the document's own."""
+    env = dict(os.environ)
+    env.update(extra_env)
+    env.update(dict(job.settings.env))
+    if job.settings.host_devices:
+        count = str(job.settings.host_devices)
+        env["JAX_NUM_CPU_DEVICES"] = count
+        flag = f"--xla_force_host_platform_device_count={count}"
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), flag]))
+    env["IPYTHONDIR"] = ipython_dir
+    env["MPLBACKEND"] = "Agg"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+def _fallback_environment() -> Environment:
+    return Environment(
+        python=platform.python_version(),
+        cpu_count=os.cpu_count(),
+        platform=f"{sys.platform}-{platform.machine()}",
+        date=date.today().isoformat(),
+    )
+
+
+def _partial_outputs(capture_dir: str, index: int) -> list[Output]:
+    outputs = []
+    for kind in ("stdout", "stderr"):
+        path = Path(capture_dir, f"{index}.{kind}")
+        if path.exists():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if text:
+                outputs.append(Output(kind=kind, text=text))
+    return outputs
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the interpreter crashed ({name})"
+    return f"the interpreter exited with status {returncode}"
+
+
+def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str]) -> DocResult:
+    """Runs every block of ``job`` in one fresh interpreter and returns what happened."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
+        capture_dir = os.path.join(scratch, "capture")
+        workdir = os.path.join(scratch, "cwd")
+        ipython_dir = os.path.join(scratch, "ipython")
+        for folder in (capture_dir, workdir, ipython_dir):
+            os.mkdir(folder)
+        results, environment = _drive_worker(
+            job, capture_dir, workdir, ipython_dir, default_timeout, extra_env)
+    by_index = {result.index: result for result in results}
+    blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
+              for block in job.blocks]
+    return DocResult(docname=job.docname, key=job.key, environment=environment,
+                     blocks=blocks, duration=time.perf_counter() - started)
+
+
+def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env):
+    read_fd, write_fd = os.pipe()
+    stderr_path = os.path.join(capture_dir, "worker.stderr")
+    stderr_file = open(stderr_path, "wb")
+    payload = {
+        "capture_dir": capture_dir,
+        "blocks": [
+            {"index": b.index, "source": b.source, "raises": b.raises, "skip": b.skip}
+            for b in job.blocks
+        ],
+    }
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), str(write_fd)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr_file,
+        cwd=workdir,
+        env=worker_env(job, extra_env, ipython_dir),
+        pass_fds=(write_fd,),
+        start_new_session=True,
+    )
+    os.close(write_fd)
+    stderr_file.close()
+    try:
+        process.stdin.write(json.dumps(payload).encode())
+        process.stdin.close()
+    except BrokenPipeError:  # the worker died at start-up; reported below
+        pass
+
+    blocks_by_index = {b.index: b for b in job.blocks}
+    results: list[BlockResult] = []
+    environment: Environment | None = None
+    running: int | None = None
+    deadline = float("inf")
+    budget_deadline = (time.monotonic() + job.settings.budget) if job.settings.budget else float("inf")
+    failure: str | None = None
+
+    selector = selectors.DefaultSelector()
+    events = os.fdopen(read_fd, "rb")
+    selector.register(events, selectors.EVENT_READ)
+    buffer = b""
+    finished = False
+    try:
+        while not finished:
+            now = time.monotonic()
+            limit = min(deadline, budget_deadline)
+            if now >= limit:
+                what = ("the document's time budget" if budget_deadline <= deadline
+                        else "the block's time limit")
+                seconds = (job.settings.budget if budget_deadline <= deadline
+                           else _timeout_for(blocks_by_index[running], job, default_timeout))
+                failure = f"timed out after {seconds:g} s ({what})"
+                break
+            ready = selector.select(timeout=None if limit == float("inf") else limit - now)
+            if not ready:
+                continue
+            chunk = os.read(read_fd, 65536)
+            if not chunk:  # the worker closed its end: it exited
+                break
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                message = json.loads(line)
+                kind = message["event"]
+                if kind == "start":
+                    running = message["index"]
+                    timeout = _timeout_for(blocks_by_index[running], job, default_timeout)
+                    deadline = time.monotonic() + timeout
+                elif kind == "block":
+                    results.append(block_result_from_json(message["result"]))
+                    running, deadline = None, float("inf")
+                elif kind == "environment":
+                    environment = Environment(**message["environment"])
+                elif kind == "done":
+                    finished = True
+    finally:
+        selector.close()
+        if not finished:
+            _kill(process)
+        process.wait()
+        events.close()
+    stderr = Path(stderr_path).read_text(encoding="utf-8", errors="replace")
+
+    if not finished and running is None:
+        # The worker died between blocks (while starting up, say): blame the next block.
+        done = {result.index for result in results}
+        running = next((b.index for b in job.blocks if b.index not in done), None)
+    if not finished and running is not None:
+        if failure is None:
+            failure = _describe_exit(process.returncode)
+            tail = stderr.strip().splitlines()[-5:]
+            if tail:
+                failure += ": " + " / ".join(tail)
+        results.append(BlockResult(index=running, status=FAILED, failure=failure,
+                                   outputs=_partial_outputs(capture_dir, running)))
+    return results, environment or _fallback_environment()
+
+
+def _timeout_for(block, job: DocJob, default_timeout: float) -> float:
+    return block.timeout or job.settings.timeout or default_timeout
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()

@@ -1,0 +1,173 @@
+"""Typed values handed between the phases: collect → execute → cache/record → render.
+
+Everything here is plain data that round-trips through JSON, so the same value
+is what the worker emits, what the cache stores and what the renderer reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# Block statuses, as they appear in the execution report.
+RAN = "ran"
+CACHED = "cached"
+EXPECTED_ERROR = "expected-error"
+FAILED = "failed"
+SKIPPED = "skipped"
+NOT_RUN = "not-run"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One executable code cell, as collected from the source."""
+
+    index: int
+    line: int  # 1-based line of the opening fence in the document
+    source: str
+    raises: str | None = None  # exception type name that must be raised; "" means any
+    timeout: float | None = None  # seconds; None means the document's default
+    skip: bool = False  # skip-execution: shown, never run
+    # Display-only options: they do not change what runs, so they stay out of the cache key.
+    tags: tuple[str, ...] = ()
+    varies: bool = False
+    predict: str | None = None
+    normalize: tuple[str, ...] = ()
+
+    def execution_identity(self) -> dict[str, Any]:
+        """What about this block changes its output (the part that is hashed)."""
+        return {
+            "source": self.source,
+            "raises": self.raises,
+            "timeout": self.timeout,
+            "skip": self.skip,
+        }
+
+
+@dataclass(frozen=True)
+class DocSettings:
+    """Per-document execution settings, from the ``execution:`` front-matter key."""
+
+    host_devices: int | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    timeout: float | None = None  # default per-block timeout for this document
+    budget: float | None = None  # wall-time limit for the whole document
+    exclusive: bool = False  # run alone, with no other document executing (timings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host_devices": self.host_devices,
+            "env": [list(pair) for pair in self.env],
+            "timeout": self.timeout,
+            "budget": self.budget,
+            "exclusive": self.exclusive,
+        }
+
+
+@dataclass(frozen=True)
+class DocJob:
+    """Everything needed to execute one document, and the key its result is cached under."""
+
+    docname: str
+    path: str
+    settings: DocSettings
+    blocks: tuple[Block, ...]
+    key: str = ""
+
+
+@dataclass
+class Output:
+    """One captured output of a block.
+
+    kind is ``stdout``, ``stderr``, ``result`` (the trailing expression's repr),
+    ``display`` (rich display data, e.g. a figure) or ``error`` (the exception).
+    ``text`` holds the plain text; ``data`` holds other MIME types (base64 for images).
+    """
+
+    kind: str
+    text: str = ""
+    data: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class WarningRecord:
+    category: str
+    message: str
+    line: int | None = None  # line within the block, when the warning points into it
+
+
+@dataclass
+class ErrorInfo:
+    ename: str
+    evalue: str
+    traceback: str  # trimmed to the snippet's own frames
+    mro: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BlockResult:
+    index: int
+    status: str
+    duration: float = 0.0
+    outputs: list[Output] = field(default_factory=list)
+    warnings: list[WarningRecord] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    failure: str | None = None  # why the block failed, for the located build error
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAILED
+
+
+@dataclass
+class Environment:
+    """What produced an output: shown in captions, stored with records."""
+
+    python: str = ""
+    jax: str | None = None
+    jaxlib: str | None = None
+    backend: str | None = None
+    device_count: int | None = None
+    cpu_count: int | None = None
+    platform: str = ""
+    date: str = ""  # ISO date of execution
+
+
+@dataclass
+class DocResult:
+    docname: str
+    key: str
+    environment: Environment
+    blocks: list[BlockResult]
+    duration: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return any(block.failed for block in self.blocks)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DocResult:
+        return cls(
+            docname=data["docname"],
+            key=data["key"],
+            environment=Environment(**data["environment"]),
+            blocks=[block_result_from_json(b) for b in data["blocks"]],
+            duration=data.get("duration", 0.0),
+        )
+
+
+def block_result_from_json(data: dict[str, Any]) -> BlockResult:
+    error = data.get("error")
+    return BlockResult(
+        index=data["index"],
+        status=data["status"],
+        duration=data.get("duration", 0.0),
+        outputs=[Output(**o) for o in data.get("outputs", [])],
+        warnings=[WarningRecord(**w) for w in data.get("warnings", [])],
+        error=ErrorInfo(**error) if error else None,
+        failure=data.get("failure"),
+    )

@@ -1,0 +1,174 @@
+"""The verified record: per document, each block's outputs and the environment that made them.
+
+``make record`` writes it; ``make doctest`` and the drift captions of ``make html`` compare
+live results with it, block by block, after the block's declared normalisers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .model import Block, BlockResult, DocResult, Environment, Output, WarningRecord
+
+FLOAT = re.compile(r"(?<![\w.])-?\d+\.\d+(?:[eE][-+]?\d+)?")
+
+
+def _round_floats(text: str) -> str:
+    return FLOAT.sub(lambda m: f"{float(m.group()):.4g}", text)
+
+
+# Built-in normalisers; conf.py's ``verified_normalizers`` adds regex ones by name.
+BUILTIN_NORMALIZERS: dict[str, Callable[[str], str]] = {
+    "addresses": lambda text: re.sub(r"0x[0-9a-fA-F]{4,}", "0x…", text),
+    "floats": _round_floats,
+    "paths": lambda text: re.sub(r"(/[^\s:'\"]+)+/(site-packages|tmp[^\s/]*)/[^\s:'\"]*",
+                                 "<path>", text),
+}
+
+
+@dataclass
+class RecordedBlock:
+    line: int
+    source_sha256: str
+    status: str
+    outputs: list[Output] = field(default_factory=list)
+    warnings: list[WarningRecord] = field(default_factory=list)
+
+
+@dataclass
+class Record:
+    docname: str
+    environment: Environment
+    blocks: list[RecordedBlock]
+
+    def block_for(self, block: Block) -> RecordedBlock | None:
+        """The recorded block with the same position and source, if there is one."""
+        if block.index < len(self.blocks):
+            recorded = self.blocks[block.index]
+            if recorded.source_sha256 == source_digest(block.source):
+                return recorded
+        return None
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _recorded_output(output: Output) -> Output:
+    """Images are recorded by digest, not by content: the record stays small and diffable."""
+    data = {mime: ("sha256:" + hashlib.sha256(value.encode()).hexdigest()
+                   if mime.startswith("image/") else value)
+            for mime, value in output.data.items()}
+    return Output(kind=output.kind, text=output.text, data=data)
+
+
+def make_record(blocks: tuple[Block, ...], result: DocResult) -> Record:
+    return Record(
+        docname=result.docname,
+        environment=result.environment,
+        blocks=[
+            RecordedBlock(
+                line=block.line,
+                source_sha256=source_digest(block.source),
+                status=block_result.status,
+                outputs=[_recorded_output(o) for o in block_result.outputs],
+                warnings=list(block_result.warnings),
+            )
+            for block, block_result in zip(blocks, result.blocks)
+        ],
+    )
+
+
+def record_path(record_dir: Path, docname: str) -> Path:
+    return Path(record_dir) / f"{docname}.json"
+
+
+def write_record(record_dir: Path, record: Record) -> Path:
+    path = record_path(record_dir, record.docname)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def read_record(record_dir: Path, docname: str) -> Record | None:
+    path = record_path(record_dir, docname)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return Record(
+        docname=data["docname"],
+        environment=Environment(**data["environment"]),
+        blocks=[
+            RecordedBlock(
+                line=b["line"],
+                source_sha256=b["source_sha256"],
+                status=b["status"],
+                outputs=[Output(**o) for o in b["outputs"]],
+                warnings=[WarningRecord(**w) for w in b["warnings"]],
+            )
+            for b in data["blocks"]
+        ],
+    )
+
+
+def comparable_text(status: str, outputs: list[Output], warnings: list[WarningRecord]) -> str:
+    """What is compared: every output's text (images by their size line), warnings, status."""
+    parts = [f"[status] {status}"]
+    for output in outputs:
+        parts.append(f"[{output.kind}]")
+        parts.append(output.text.rstrip("\n"))
+        if any(mime.startswith("image/") for mime in output.data):
+            parts.append("(image)")
+    for warning in warnings:
+        parts.append(f"[warning] {warning.category}: {warning.message}")
+    return "\n".join(parts) + "\n"
+
+
+def normalizer_names(normalizers: dict[str, tuple[tuple[str, str], ...]]) -> set[str]:
+    return set(BUILTIN_NORMALIZERS) | set(normalizers)
+
+
+def normalize(text: str, names: tuple[str, ...],
+              normalizers: dict[str, tuple[tuple[str, str], ...]]) -> str:
+    for name in names:
+        if name in normalizers:
+            for pattern, replacement in normalizers[name]:
+                text = re.sub(pattern, replacement, text)
+        else:
+            text = BUILTIN_NORMALIZERS[name](text)
+    return text
+
+
+@dataclass
+class Comparison:
+    """The outcome of comparing one live block with its record."""
+
+    verdict: str  # "match", "differs", "unrecorded", "unchecked" (varies, no normaliser)
+    diff: str = ""
+
+
+def compare(block: Block, live: BlockResult, recorded: RecordedBlock | None,
+            normalizers: dict[str, tuple[tuple[str, str], ...]],
+            recorded_version: str | None = None) -> Comparison:
+    if recorded is None:
+        return Comparison("unrecorded")
+    if block.varies and not block.normalize and recorded.status == live.status:
+        return Comparison("unchecked")
+    expected = normalize(comparable_text(recorded.status, recorded.outputs, recorded.warnings),
+                         block.normalize, normalizers)
+    actual = normalize(comparable_text(live.status, live.outputs, live.warnings),
+                       block.normalize, normalizers)
+    if expected == actual:
+        return Comparison("match")
+    diff = "".join(difflib.unified_diff(
+        expected.splitlines(keepends=True), actual.splitlines(keepends=True),
+        fromfile=f"verified (jax {recorded_version or '?'})", tofile="live"))
+    return Comparison("differs", diff)

@@ -1,0 +1,209 @@
+"""Render: turn a block and its typed result into docutils nodes.
+
+No execution and no I/O happens here: the scheduler hands over a ``DocResult`` and the
+record (if any), and this module only builds nodes. Text goes into literal blocks and
+text nodes, so the writer escapes it (a snippet that prints ``<script>`` shows it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from docutils import nodes
+
+from .model import (
+    EXPECTED_ERROR,
+    FAILED,
+    NOT_RUN,
+    SKIPPED,
+    Block,
+    BlockResult,
+    Environment,
+    Output,
+)
+from .record import Comparison, RecordedBlock
+
+API_NOTE_CATEGORIES = ("DeprecationWarning", "FutureWarning", "PendingDeprecationWarning")
+DEFAULT_PREDICT_PROMPT = "Predict the output, then reveal it."
+
+
+class reveal(nodes.General, nodes.Element):
+    """Content hidden until the reader asks: ``<details>`` in HTML, plain elsewhere."""
+
+
+def visit_reveal_html(self, node: reveal) -> None:
+    classes = " ".join(["cell-reveal", *node["classes"]])
+    self.body.append(f'<details class="{classes}">'
+                     f'<summary>{self.encode(node["summary"])}</summary>')
+
+
+def depart_reveal_html(self, node: reveal) -> None:
+    self.body.append("</details>")
+
+
+def visit_reveal_plain(self, node: reveal) -> None:
+    pass
+
+
+def depart_reveal_plain(self, node: reveal) -> None:
+    pass
+
+
+@dataclass
+class Verification:
+    """How a live block stands against the verified record (for the caption)."""
+
+    comparison: Comparison
+    recorded: RecordedBlock | None
+    recorded_environment: Environment | None
+
+
+def describe_environment(env: Environment) -> str:
+    parts = []
+    if env.jax:
+        parts.append(f"jax {env.jax}")
+        if env.jaxlib and env.jaxlib != env.jax:
+            parts.append(f"jaxlib {env.jaxlib}")
+        elif env.jaxlib:
+            parts[-1] = f"jax {env.jax} (jaxlib {env.jaxlib})"
+    else:
+        parts.append(f"Python {env.python}")
+    if env.backend:
+        parts.append(env.backend)
+    if env.device_count is not None:
+        parts.append(f"{env.device_count} device{'s' if env.device_count != 1 else ''}")
+    return " · ".join(parts)
+
+
+def caption_text(live: Environment, verification: Verification) -> str:
+    """The provenance line under an output."""
+    verdict = verification.comparison.verdict
+    recorded_env = verification.recorded_environment
+    if verdict == "match" and recorded_env:
+        return f"{describe_environment(recorded_env)} · verified {recorded_env.date}"
+    if verdict == "unchecked" and recorded_env:
+        return (f"{describe_environment(live)} · ran {live.date} · varies from run to run "
+                f"(verified to run on jax {recorded_env.jax or '?'}, {recorded_env.date})")
+    if verdict == "differs" and recorded_env:
+        return (f"{describe_environment(live)} · ran {live.date} · differs from the output "
+                f"verified on jax {recorded_env.jax or '?'} ({recorded_env.date})")
+    return f"{describe_environment(live)} · ran {live.date} · not yet in the verified record"
+
+
+def _literal(text: str, classes: list[str], language: str = "none") -> nodes.literal_block:
+    block = nodes.literal_block(text, text, classes=classes)
+    block["language"] = language
+    return block
+
+
+def _output_nodes(outputs: list[Output], hide_stderr: bool) -> list[nodes.Node]:
+    rendered: list[nodes.Node] = []
+    for output in outputs:
+        if output.kind == "stderr" and hide_stderr:
+            continue
+        image = output.data.get("image/png")
+        if image and not image.startswith("sha256:"):
+            rendered.append(nodes.image(uri=f"data:image/png;base64,{image}",
+                                        alt=output.text or "figure", classes=["cell-figure"]))
+        elif output.text:
+            rendered.append(_literal(output.text.rstrip("\n"), ["cell-output", output.kind]))
+    return rendered
+
+
+def _warning_nodes(result: BlockResult) -> list[nodes.Node]:
+    rendered = []
+    for warning in result.warnings:
+        box = nodes.container(classes=["cell-warning"])
+        text = f"{warning.category}: {warning.message}"
+        box += nodes.paragraph(text, text)
+        rendered.append(box)
+    return rendered
+
+
+def _api_notes(result: BlockResult) -> list[str]:
+    return [f"API note: {w.category}: {w.message.splitlines()[0] if w.message else ''}"
+            for w in result.warnings if w.category in API_NOTE_CATEGORIES]
+
+
+def render_block(block: Block, result: BlockResult, live_env: Environment,
+                 verification: Verification) -> nodes.container:
+    """The whole cell: input, outputs, warnings, caption; tags decide what shows."""
+    tags = set(block.tags)
+    cell = nodes.container(classes=["cell", f"cell-{result.status}"])
+    if "remove-cell" in tags:
+        return cell
+
+    if "remove-input" not in tags:
+        code = _literal(block.source, ["cell-code"], language="python")
+        code_box = nodes.container(classes=["cell-input"])
+        code_box += code
+        if "hide-input" in tags:
+            hidden = reveal(summary="Show code", classes=["hide-input"])
+            hidden += code_box
+            cell += hidden
+        else:
+            cell += code_box
+
+    if result.status == SKIPPED:
+        note = "Not executed (skip-execution)."
+        cell += nodes.paragraph(note, note, classes=["cell-caption"])
+        return cell
+    if result.status == NOT_RUN:
+        note = "Not run: an earlier block of this page failed."
+        cell += nodes.paragraph(note, note, classes=["cell-caption", "cell-not-run"])
+        return cell
+    if "remove-output" in tags:
+        return cell
+
+    body = nodes.container(classes=["cell-output-area"])
+    for child in _output_nodes(result.outputs, "remove-stderr" in tags):
+        body += child
+    for child in _warning_nodes(result):
+        body += child
+    if result.status == FAILED:
+        text = f"This block failed: {result.failure}"
+        body += nodes.paragraph(text, text, classes=["cell-failure"])
+    if not body.children:
+        return cell
+
+    caption = nodes.paragraph(classes=["cell-caption"])
+    text = caption_text(live_env, verification)
+    caption += nodes.Text(text)
+    for note in _api_notes(result):
+        caption += nodes.inline(note, note, classes=["cell-api-note"])
+    body += caption
+    if verification.comparison.verdict == "differs" and verification.recorded:
+        verified = reveal(summary="Show the verified output", classes=["cell-verified"])
+        for child in _output_nodes(verification.recorded.outputs, "remove-stderr" in tags):
+            verified += child
+        body += verified
+
+    if block.predict is not None:
+        prompt = block.predict or DEFAULT_PREDICT_PROMPT
+        cell += nodes.paragraph(prompt, prompt, classes=["cell-predict-prompt"])
+        hidden = reveal(summary="Reveal the output", classes=["predict"])
+        hidden += body
+        cell += hidden
+    elif "hide-output" in tags:
+        hidden = reveal(summary="Show output", classes=["hide-output"])
+        hidden += body
+        cell += hidden
+    else:
+        cell += body
+    return cell
+
+
+def failure_report(block: Block, result: BlockResult) -> str:
+    """The text of the located build error for a failed block."""
+    lines = [f"code-cell failed: {result.failure}"]
+    for output in result.outputs:
+        if output.kind == "error":
+            lines.append(output.text)
+    captured = [o for o in result.outputs if o.kind in ("stdout", "stderr") and o.text]
+    for output in captured:
+        lines.append(f"--- captured {output.kind} ---\n{output.text.rstrip()}")
+    return "\n".join(lines)
+
+
+def is_error_status(status: str) -> bool:
+    return status in (FAILED, EXPECTED_ERROR)

@@ -1,0 +1,253 @@
+"""Schedule: before Sphinx reads, key each page's blocks and run the pages that need it.
+
+Pages run concurrently (one subprocess each, at most ``verified_jobs`` at once; pages
+marked ``exclusive`` run alone afterwards, so their timings are not disturbed). Results
+are held in memory for the read phase (forked parallel readers inherit them) and stored
+in the cache; the renderer then replaces each placeholder with its block's result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.environment import BuildEnvironment
+from sphinx.errors import ExtensionError
+from sphinx.transforms import SphinxTransform
+from sphinx.util import logging
+
+from . import config as config_module
+from .cache import ExecutionCache
+from .collect import Collected, collect, environment_identity, with_key
+from .directive import code_cell
+from .execute import run_document
+from .model import CACHED, FAILED, NOT_RUN, SKIPPED, BlockResult, DocResult
+from .record import Record, compare, read_record, record_path
+from .render import Verification, failure_report, render_block
+
+logger = logging.getLogger(__name__)
+
+FRESH_BUILDERS = ("doctest", "record")
+
+
+@dataclass
+class BuildState:
+    """What one build knows about execution; lives on the app for the build's duration."""
+
+    config: config_module.ExecutionConfig
+    cache: ExecutionCache
+    identity: dict
+    fresh: bool  # execute everything, read nothing from the cache
+    collected: dict[str, Collected] = field(default_factory=dict)
+    results: dict[str, DocResult] = field(default_factory=dict)
+    executed: set[str] = field(default_factory=set)
+    records: dict[str, Record | None] = field(default_factory=dict)
+
+    def record_for(self, docname: str) -> Record | None:
+        if docname not in self.records:
+            self.records[docname] = read_record(self.config.record_dir, docname)
+        return self.records[docname]
+
+
+def state(app: Sphinx) -> BuildState:
+    return app._verified_state  # type: ignore[attr-defined]
+
+
+def on_builder_inited(app: Sphinx) -> None:
+    validated = config_module.validate(app)
+    app._verified_state = BuildState(  # type: ignore[attr-defined]
+        config=validated,
+        cache=ExecutionCache(validated.cache_dir),
+        identity=environment_identity(validated.env),
+        fresh=app.builder.name in FRESH_BUILDERS,
+    )
+
+
+def _collect(app: Sphinx, env: BuildEnvironment, docname: str) -> Collected | None:
+    build = state(app)
+    if docname not in build.collected:
+        path = Path(env.doc2path(docname))
+        if path.suffix != ".md":
+            return None
+        found = collect(docname, path)
+        found.job = with_key(found.job, build.identity)
+        build.collected[docname] = found
+    return build.collected[docname]
+
+
+def _read_stamp(build: BuildState, found: Collected) -> tuple[str, str | None]:
+    """What a page's rendered doctree depends on besides its text: its execution key
+    and its verified record (captions compare with it)."""
+    path = record_path(build.config.record_dir, found.job.docname)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return found.job.key, digest
+
+
+def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
+    """Pages whose key or record changed (new JAX, edited code, re-recorded) or whose
+    cached result is gone."""
+    build = state(app)
+    stamps = getattr(env, "verified_stamps", {})
+    outdated = []
+    for docname in sorted(env.found_docs - added - changed):
+        found = _collect(app, env, docname)
+        if found is None or not found.job.blocks:
+            continue
+        if (stamps.get(docname) != _read_stamp(build, found)
+                or build.cache.load(docname, found.job.key) is None):
+            outdated.append(docname)
+    return outdated
+
+
+def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[str]) -> None:
+    build = state(app)
+    if not hasattr(env, "verified_stamps"):
+        env.verified_stamps = {}
+    to_run = []
+    for docname in docnames:
+        found = _collect(app, env, docname)
+        if found is None or not found.job.blocks:
+            continue
+        env.verified_stamps[docname] = _read_stamp(build, found)
+        if found.problems:
+            continue  # reported, located, when the page is read
+        cached = None if build.fresh else build.cache.load(docname, found.job.key)
+        if cached is not None:
+            build.results[docname] = cached
+        else:
+            to_run.append(found.job)
+    if to_run:
+        _run_all(app, to_run)
+
+
+def _run_all(app: Sphinx, jobs: list) -> None:
+    build = state(app)
+    config = build.config
+    shared = [job for job in jobs if not job.settings.exclusive]
+    exclusive = [job for job in jobs if job.settings.exclusive]
+    logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
+
+    def run(job):
+        result = run_document(job, default_timeout=config.timeout, extra_env=config.env)
+        status = "failed" if result.failed else "ok"
+        logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
+                    f"{result.duration:.1f} s, {status}")
+        return result
+
+    with ThreadPoolExecutor(max_workers=config.jobs) as pool:
+        results = list(pool.map(run, shared))
+    results += [run(job) for job in exclusive]
+    for result in results:
+        build.results[result.docname] = result
+        build.executed.add(result.docname)
+        build.cache.store(result)
+
+
+class RenderCells(SphinxTransform):
+    """Swaps every ``code_cell`` placeholder for the rendered block."""
+
+    default_priority = 400
+
+    def apply(self, **kwargs) -> None:
+        app = self.app
+        build = state(app)
+        docname = self.env.docname
+        found = _collect(app, self.env, docname)
+        if found and found.front_matter_error:
+            logger.error(found.front_matter_error, location=(docname, 1), type="verified",
+                         subtype="front-matter")
+        cells = list(self.document.findall(code_cell))
+        if not cells:
+            return
+        by_line = {block.line: block for block in found.job.blocks} if found else {}
+        result = build.results.get(docname)
+        for node in cells:
+            block = by_line.get(node["fence_line"])
+            if block is None or block.source != node["source"]:
+                if not (found and found.problems):
+                    logger.error("code-cell must be at the top level of the page "
+                                 "(a cell nested in another directive is not executed)",
+                                 location=node, type="verified", subtype="nested")
+                node.replace_self([])
+                continue
+            if result is None:
+                node.replace_self([])
+                continue
+            block_result = result.blocks[block.index]
+            if block_result.failed:
+                logger.error(failure_report(block, block_result), location=node,
+                             type="verified", subtype="block-failed")
+            verification = _verify(build, docname, block, block_result)
+            node.replace_self(render_block(block, block_result, result.environment,
+                                           verification))
+
+
+def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
+    record = build.record_for(docname)
+    recorded = record.block_for(block) if record else None
+    comparison = compare(block, block_result, recorded, build.config.normalizers,
+                         record.environment.jax if record else None)
+    return Verification(comparison, recorded, record.environment if record else None)
+
+
+def block_statuses(app: Sphinx) -> list[dict]:
+    """Every block of every page, with its status this build (for the report)."""
+    build = state(app)
+    rows = []
+    for docname in sorted(build.collected):
+        found = build.collected[docname]
+        if not found.job.blocks:
+            continue
+        result = build.results.get(docname)
+        executed = docname in build.executed
+        if result is None and not found.problems:
+            result = build.cache.load(docname, found.job.key)
+        for block in found.job.blocks:
+            block_result = result.blocks[block.index] if result else None
+            if block_result is None:
+                status, duration = (FAILED if found.problems else NOT_RUN), 0.0
+            elif executed or block_result.status in (FAILED, SKIPPED, NOT_RUN):
+                status, duration = block_result.status, block_result.duration
+            else:
+                status, duration = CACHED, block_result.duration
+            rows.append({
+                "document": _relative(found.job.path, app.srcdir),
+                "docname": docname,
+                "line": block.line,
+                "status": status,
+                "duration": round(duration, 4),
+                "environment": asdict(result.environment) if result else None,
+            })
+    return rows
+
+
+def _relative(path: str, srcdir) -> str:
+    try:
+        return str(Path(path).relative_to(Path(srcdir).parent))
+    except ValueError:
+        return path
+
+
+def on_build_finished(app: Sphinx, exception) -> None:
+    if exception is not None or not hasattr(app, "_verified_state"):
+        return
+    build = state(app)
+    rows = block_statuses(app)
+    path = build.config.report_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"builder": app.builder.name, "blocks": rows}, indent=1) + "\n",
+                    encoding="utf-8")
+    counts = {status: sum(1 for r in rows if r["status"] == status)
+              for status in ("ran", "expected-error", "cached", "failed", "skipped", "not-run")}
+    summary = (f"{len(rows)} blocks: {counts['ran'] + counts['expected-error']} ran, "
+               f"{counts['cached']} cached, {counts['failed']} failed")
+    extra = [f"{counts[s]} {s}" for s in ("skipped", "not-run") if counts[s]]
+    logger.info(summary + (f" ({', '.join(extra)})" if extra else ""))
+    if counts["failed"]:
+        raise ExtensionError(
+            f"{counts['failed']} code block(s) failed; each is reported above at its file:line")

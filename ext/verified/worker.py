@@ -1,0 +1,280 @@
+"""The child side of execution: runs one document's blocks, in order, in one interpreter.
+
+Started by ``execute.py`` as ``python worker.py EVENTS_FD``. It reads the job (JSON) from
+stdin, then for each block writes JSON lines to the events descriptor: ``start`` before
+the block runs and ``block`` with its result after. stdout and stderr of each block go,
+at the file-descriptor level, to ``<capture_dir>/<index>.stdout|stderr``, so output
+written just before a crash or a timeout can still be read by the parent.
+
+Standard library and IPython only: this runs in the reader's interpreter, not in Sphinx.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import linecache
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from typing import Any
+
+IMAGE_DPI = 110
+
+
+def _open_events(fd: int):
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
+class Capture:
+    """Routes fd 1 and fd 2 into per-block files, so C-level writes are caught too."""
+
+    def __init__(self, capture_dir: str):
+        self.capture_dir = capture_dir
+        self.saved = (os.dup(1), os.dup(2))
+
+    def paths(self, index: int) -> tuple[str, str]:
+        base = os.path.join(self.capture_dir, str(index))
+        return base + ".stdout", base + ".stderr"
+
+    def begin(self, index: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, path in zip((1, 2), self.paths(index)):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(target, fd)
+            os.close(target)
+
+    def end(self, index: int) -> tuple[str, str]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        texts = []
+        for path in self.paths(index):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                texts.append(handle.read())
+        return texts[0], texts[1]
+
+
+def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    class SinkDisplayHook(DisplayHook):
+        """Keeps the trailing expression's formatted value instead of printing ``Out[n]:``."""
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            sink.append(("result", dict(format_dict)))
+
+    class SinkDisplayPublisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, **kwargs):
+            sink.append(("display", dict(data)))
+
+        def clear_output(self, wait=False):
+            pass
+
+    class WorkerShell(InteractiveShell):
+        displayhook_class = SinkDisplayHook
+        display_pub_class = SinkDisplayPublisher
+
+        # Errors are taken from the ExecutionResult and formatted by this module.
+        def showtraceback(self, *args, **kwargs):
+            pass
+
+        def showsyntaxerror(self, *args, **kwargs):
+            pass
+
+        def showindentationerror(self):
+            pass
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.autocall = 0
+    shell = WorkerShell.instance(config=config)
+    return shell
+
+
+def _flush_figures(sink: list[tuple[str, dict[str, Any]]]) -> None:
+    """Turns every open matplotlib figure into a PNG display output, then closes it."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    import io
+
+    for number in pyplot.get_fignums():
+        figure = pyplot.figure(number)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=IMAGE_DPI, bbox_inches="tight",
+                       metadata={"Software": None})
+        width, height = figure.get_size_inches() * IMAGE_DPI
+        sink.append(("display", {
+            "image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+            "text/plain": f"<Figure size {int(width)}x{int(height)}>",
+        }))
+    pyplot.close("all")
+
+
+def _format_error(exc: BaseException, cell_names: dict[str, int]) -> dict[str, Any]:
+    """The traceback a reader wants: only frames from the document's own cells."""
+    lines = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        number = cell_names.get(frame.filename)
+        if number is None:
+            continue
+        lines.append(f"  Cell [{number}], line {frame.lineno}, in {frame.name}\n")
+        code = linecache.getline(frame.filename, frame.lineno).strip()
+        if code:
+            lines.append(f"    {code}\n")
+    if isinstance(exc, SyntaxError) and exc.filename in cell_names:
+        exc.filename = f"Cell [{cell_names[exc.filename]}]"
+    header = ["Traceback (most recent call last):\n"] if lines else []
+    tail = traceback.format_exception_only(type(exc), exc)
+    return {
+        "ename": type(exc).__name__,
+        "evalue": str(exc),
+        "traceback": "".join(header + lines + tail).rstrip("\n"),
+        "mro": [f"{cls.__module__}.{cls.__qualname__}" for cls in type(exc).__mro__],
+    }
+
+
+def _matches(raises: str, mro: list[str]) -> bool:
+    """An empty name accepts any exception; otherwise the type or a base must match."""
+    if not raises:
+        return True
+    return any(name == raises or name.rsplit(".", 1)[-1] == raises for name in mro)
+
+
+def _environment() -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "jax": None,
+        "jaxlib": None,
+        "backend": None,
+        "device_count": None,
+        "cpu_count": os.cpu_count(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "date": datetime.date.today().isoformat(),
+    }
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        try:
+            import jaxlib
+
+            env["jax"] = jax.__version__
+            env["jaxlib"] = getattr(jaxlib, "__version__", None)
+            env["backend"] = jax.default_backend()
+            env["device_count"] = jax.device_count()
+        except Exception:  # the document may have left JAX unusable; the caption says less
+            pass
+    return env
+
+
+def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dict[str, Any]:
+    index = block["index"]
+    sink.clear()
+    capture.begin(index)
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        shell.execution_count = index + 1
+        result = shell.run_cell(block["source"], store_history=True)
+        _flush_figures(sink)
+    duration = time.perf_counter() - started
+    stdout, stderr = capture.end(index)
+
+    outputs: list[dict[str, Any]] = []
+    if stdout:
+        outputs.append({"kind": "stdout", "text": stdout, "data": {}})
+    if stderr:
+        outputs.append({"kind": "stderr", "text": stderr, "data": {}})
+    for kind, data in sink:
+        text = data.pop("text/plain", "")
+        kept = {mime: value for mime, value in data.items() if mime == "image/png"}
+        outputs.append({"kind": kind, "text": text, "data": kept})
+
+    cell_names = {name: number for name, number in shell.compile._filename_map.items()}
+    warning_records = []
+    for item in caught:
+        line = item.lineno if item.filename in cell_names else None
+        warning_records.append({
+            "category": item.category.__name__,
+            "message": str(item.message),
+            "line": line,
+        })
+
+    exc = result.error_before_exec or result.error_in_exec
+    error = _format_error(exc, cell_names) if exc is not None else None
+    raises = block.get("raises")
+    status, failure = "ran", None
+    if error is not None:
+        outputs.append({"kind": "error", "text": error["traceback"], "data": {}})
+        if raises is not None and _matches(raises, error["mro"]):
+            status = "expected-error"
+        elif raises:
+            status, failure = "failed", (
+                f"expected {raises}, but the block raised {error['ename']}")
+        else:
+            status, failure = "failed", f"the block raised {error['ename']}"
+    elif raises is not None:
+        expected = raises or "an exception"
+        status, failure = "failed", f"expected {expected}, but the block raised nothing"
+
+    return {
+        "index": index,
+        "status": status,
+        "duration": duration,
+        "outputs": outputs,
+        "warnings": warning_records,
+        "error": error,
+        "failure": failure,
+    }
+
+
+def main() -> None:
+    events = _open_events(int(sys.argv[1]))
+    job = json.load(sys.stdin)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # a snippet that reads input gets EOF, not the job
+    os.close(devnull)
+    sys.stdout.reconfigure(write_through=True)
+    sys.stderr.reconfigure(write_through=True)
+
+    sink: list[tuple[str, dict[str, Any]]] = []
+    shell = _make_shell(sink)
+    capture = Capture(job["capture_dir"])
+
+    def emit(message: dict[str, Any]) -> None:
+        events.write(json.dumps(message) + "\n")
+
+    for block in job["blocks"]:
+        if block.get("skip"):
+            emit({"event": "block", "result": {"index": block["index"], "status": "skipped",
+                                               "duration": 0.0, "outputs": [], "warnings": [],
+                                               "error": None, "failure": None}})
+            continue
+        emit({"event": "start", "index": block["index"]})
+        block_result = run_block(shell, block, capture, sink)
+        emit({"event": "block", "result": block_result})
+        if block_result["status"] == "failed":
+            break
+    emit({"event": "environment", "environment": _environment()})
+    emit({"event": "done"})
+    events.close()
+
+
+if __name__ == "__main__":
+    # Run as a script: drop this file's folder from the path, so that the snippets'
+    # imports see exactly what the reader's interpreter sees.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        sys.path.pop(0)
+    main()
