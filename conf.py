@@ -15,6 +15,7 @@ extensions = [
     "sphinx_design",
     "sphinx_copybutton",
     "verified",
+    "course",
 ]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
@@ -35,3 +36,6 @@ copybutton_selector = "div.cell-input pre, div.highlight-python pre"
 # The course is verified on CPU; pin the backend so a machine with a GPU runs the same thing.
 verified_env = {"JAX_PLATFORMS": "cpu"}
 verified_timeout = 300
+
+# Until all twelve chapters are written, not every official page can be assigned yet.
+course_require_all_readings = False

@@ -1,0 +1,139 @@
+"""Assigned reading: the registry of official pages, the ``{reading}`` directive, and the
+build-time check that every required page is assigned somewhere.
+
+````md
+```{reading} 201/jit
+Read it for the list of what may and may not be traced.
+```
+````
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REGISTRY = Path(__file__).with_name("readings.yaml")
+
+
+@dataclass(frozen=True)
+class OfficialPage:
+    key: str
+    level: str
+    title: str
+    required: bool
+    url: str
+    line: int  # line of the entry in the registry file
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: Path
+    pages: dict[str, OfficialPage]
+
+
+@lru_cache(maxsize=8)
+def load_registry(path: str) -> Registry:
+    """Parses the YAML registry; each entry remembers its line, for located warnings."""
+    text = Path(path).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    base = data["base_url"]
+    lines = text.splitlines()
+    pages = {}
+    for entry in data["pages"]:
+        key = entry["key"]
+        line = next((n for n, content in enumerate(lines, 1) if f"key: {key}," in content), 0)
+        pages[key] = OfficialPage(key=key, level=str(entry["level"]), title=entry["title"],
+                                  required=bool(entry["required"]), url=f"{base}{key}.html",
+                                  line=line)
+    return Registry(Path(path), pages)
+
+
+def registry(app: Sphinx) -> Registry:
+    configured = app.config.course_readings
+    path = Path(app.confdir, configured) if configured else DEFAULT_REGISTRY
+    return load_registry(str(path))
+
+
+class ReadingDirective(SphinxDirective):
+    """An "Assigned reading" box: the official page, linked, and what to read it for."""
+
+    required_arguments = 1
+    has_content = True
+
+    def run(self) -> list[nodes.Node]:
+        key = self.arguments[0].strip().removesuffix(".html")
+        page = registry(self.env.app).pages.get(key)
+        if page is None:
+            logger.warning(f"unknown official page {key!r}; known pages are listed in "
+                           f"{registry(self.env.app).path.name}",
+                           location=(self.env.docname, self.lineno), type="course",
+                           subtype="reading")
+            return []
+        if not "\n".join(self.content).strip():
+            logger.warning(f"assigned reading {key!r} says nothing about what to read it for",
+                           location=(self.env.docname, self.lineno), type="course",
+                           subtype="reading")
+        assignments = self.env.course_reading_assignments = getattr(
+            self.env, "course_reading_assignments", {})
+        assignments.setdefault(self.env.docname, []).append(key)
+
+        box = nodes.admonition(classes=["assigned-reading"])
+        box += nodes.title("Assigned reading", "Assigned reading")
+        heading = nodes.paragraph(classes=["assigned-reading-page"])
+        link = nodes.reference("", "", refuri=page.url, internal=False)
+        link += nodes.strong(page.title, page.title)
+        heading += link
+        label = f" · JAX {page.level}" if page.level[0].isdigit() else f" · {page.level}"
+        heading += nodes.Text(label)
+        box += heading
+        box += self.parse_content_to_nodes()
+        self.set_source_info(box)
+        return [box]
+
+
+def assignments(env) -> dict[str, list[str]]:
+    return getattr(env, "course_reading_assignments", {})
+
+
+def on_env_purge_doc(app, env, docname) -> None:
+    assignments(env).pop(docname, None)
+
+
+def on_env_merge_info(app, env, docnames, other) -> None:
+    merged = env.course_reading_assignments = assignments(env)
+    for docname in docnames:
+        if docname in assignments(other):
+            merged[docname] = assignments(other)[docname]
+
+
+def chapters_assigning(env) -> dict[str, list[str]]:
+    """Official page key → the documents that assign it, in name order."""
+    result: dict[str, list[str]] = {}
+    for docname in sorted(assignments(env)):
+        for key in assignments(env)[docname]:
+            if docname not in result.setdefault(key, []):
+                result[key].append(docname)
+    return result
+
+
+def on_env_check_consistency(app, env) -> None:
+    """Every required official page must be assigned in at least one chapter."""
+    if not app.config.course_require_all_readings:
+        return
+    reg = registry(app)
+    assigned = chapters_assigning(env)
+    for page in reg.pages.values():
+        if page.required and page.key not in assigned:
+            logger.warning(f"official page {page.key!r} ({page.title}) is not assigned in any "
+                           f"chapter", location=f"{reg.path}:{page.line}", type="course",
+                           subtype="coverage")
