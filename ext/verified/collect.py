@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -29,17 +30,27 @@ from .model import Block, DocJob, DocSettings
 WORKER_SOURCE = Path(__file__).with_name("worker.py")
 
 
+@dataclass(frozen=True)
+class Problem:
+    """Something that stops a page from running. ``reported`` is True when MyST itself
+    reports it (with its location) while reading the page; the others are reported by the
+    renderer."""
+
+    line: int
+    message: str
+    subtype: str
+    reported: bool = False
+
+
 @dataclass
 class Collected:
-    """A document's job, plus anything that stops it from running (line, message).
-
-    Bad code-cell options are reported by MyST when the page is read; a bad front
-    matter is reported by the renderer (``front_matter_error``).
-    """
+    """A document's job, plus anything that stops it from running."""
 
     job: DocJob
-    problems: list[tuple[int, str]] = field(default_factory=list)
-    front_matter_error: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+NESTED_FENCE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\s*\{code-cell\}")
 
 
 _PARSER = None
@@ -61,37 +72,48 @@ def _code_cell_fences(tokens: list[Token]):
             yield token, info[len("{code-cell}"):].strip()
 
 
-def collect(docname: str, path: str | Path, text: str | None = None) -> Collected:
+def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = frozenset(),
+            text: str | None = None) -> Collected:
     """Parses ``path`` into a DocJob (its key is filled in by ``with_key``)."""
     path = Path(path)
     if text is None:
         text = path.read_text(encoding="utf-8")
-    problems: list[tuple[int, str]] = []
-    front_matter_error = None
+    problems: list[Problem] = []
     try:
         settings = parse_doc_settings(read_topmatter(text))
     except (TopmatterReadError, ValueError) as err:
-        front_matter_error = f"front matter: {err}"
-        problems.append((1, front_matter_error))
+        problems.append(Problem(1, f"front matter: {err}", "front-matter"))
         settings = DocSettings()
 
     blocks = []
+    seen_lines = set()
     for token, first_line in _code_cell_fences(_parser().parse(text)):
         line = token.map[0] + 1
+        seen_lines.add(line)
         try:
             parsed = parse_directive_text(CodeCellDirective, first_line, token.content, line=line)
         except (MarkupError, DirectiveError) as err:
-            problems.append((line, f"code-cell options: {err}"))
+            problems.append(Problem(line, f"invalid code-cell: {err}", "option", reported=True))
             continue
         if parsed.warnings:
-            problems.extend((w.lineno or line, f"code-cell: {w.msg}") for w in parsed.warnings)
+            problems.extend(Problem(w.lineno or line, f"invalid code-cell: {w.msg}", "option",
+                                    reported=True) for w in parsed.warnings)
             continue
         if parsed.arguments and parsed.arguments[0] not in LANGUAGES:
-            problems.append((line, f"code-cell language {parsed.arguments[0]!r} is not Python"))
+            problems.append(Problem(line, "code-cell language is not Python", "option",
+                                    reported=True))
+            continue
+        unknown = set(parsed.options.get("normalize", ())) - known_normalizers
+        if unknown:
+            problems.append(Problem(line, f"unknown normaliser(s) {', '.join(sorted(unknown))}",
+                                    "option", reported=True))
             continue
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options))
-    return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems,
-                     front_matter_error)
+    for number, content in enumerate(text.splitlines(), 1):
+        if NESTED_FENCE.match(content) and number not in seen_lines:
+            problems.append(Problem(number, "code-cell must be at the top level of the page "
+                                    "(a cell nested in another directive cannot run)", "nested"))
+    return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems)
 
 
 def _block(index: int, line: int, source: str, options: dict) -> Block:

@@ -15,7 +15,10 @@ import re
 import yaml
 from docutils import nodes
 from docutils.parsers.rst import directives
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
+
+from .record import normalizer_names
 
 LANGUAGES = ("python", "python3", "ipython", "ipython3")
 
@@ -26,6 +29,7 @@ DISPLAY_TAGS = frozenset({
 })
 KNOWN_TAGS = EXECUTION_TAGS | DISPLAY_TAGS
 OUTPUT_MODES = ("exact", "varies")
+logger = logging.getLogger(__name__)
 _DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -104,11 +108,22 @@ class CodeCellDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         language = self.arguments[0] if self.arguments else "python"
         if language not in LANGUAGES:
-            raise self.error(
+            return self._invalid(
                 f"code-cell language must be one of {', '.join(LANGUAGES)}, not {language!r}")
+        unknown = set(self.options.get("normalize", ())) - normalizer_names(
+            self.config.verified_normalizers)
+        if unknown:
+            known = ", ".join(sorted(normalizer_names(self.config.verified_normalizers)))
+            return self._invalid(f"unknown normaliser(s) {', '.join(sorted(unknown))}; "
+                                 f"known: {known}")
         node = code_cell()
         node["docname"] = self.env.docname
         node["source"] = "\n".join(self.content)
         node["fence_line"] = self.lineno
         self.set_source_info(node)
         return [node]
+
+    def _invalid(self, message: str) -> list[nodes.Node]:
+        logger.error(message, location=(self.env.docname, self.lineno), type="verified",
+                     subtype="option")
+        return []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import faulthandler
 import json
 import linecache
 import os
@@ -248,6 +249,7 @@ def main() -> None:
     os.close(devnull)
     sys.stdout.reconfigure(write_through=True)
     sys.stderr.reconfigure(write_through=True)
+    faulthandler.enable(file=2)  # a crash leaves its Python traceback in the captured stderr
 
     sink: list[tuple[str, dict[str, Any]]] = []
     shell = _make_shell(sink)

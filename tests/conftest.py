@@ -1,0 +1,76 @@
+"""Shared fixtures: copies of the read-only test roots, and a build helper."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "ext"))
+
+from sphinx.testing.util import SphinxTestApp  # noqa: E402
+
+ROOTS = Path(__file__).parent / "roots"
+
+
+@dataclass
+class Build:
+    app: SphinxTestApp
+    status: str
+    warnings: str
+
+    @property
+    def outdir(self) -> Path:
+        return Path(self.app.outdir)
+
+    def html(self, page: str = "index") -> str:
+        return (self.outdir / f"{page}.html").read_text(encoding="utf-8")
+
+    def warning_lines(self) -> list[str]:
+        """Warnings/errors with the temporary source path removed: 'page.md:LINE: LEVEL: ...'."""
+        prefix = str(self.app.srcdir) + "/"
+        return [line.replace(prefix, "") for line in self.warnings.splitlines()
+                if ": WARNING: " in line or ": ERROR: " in line]
+
+
+class Site:
+    """A private, writable copy of a test root that can be built repeatedly."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def build(self, buildername: str = "html", *, fresh: bool = False, parallel: int = 0,
+              confoverrides: dict | None = None, outdir: str | None = None) -> Build:
+        status, warning = io.StringIO(), io.StringIO()
+        builddir = self.path / "_build"
+        app = SphinxTestApp(buildername, srcdir=self.path, builddir=builddir,
+                            freshenv=fresh, confoverrides=confoverrides or {},
+                            status=status, warning=warning, parallel=parallel)
+        try:
+            app.build()
+        finally:
+            app.cleanup()
+        return Build(app, status.getvalue(), warning.getvalue())
+
+    def edit(self, page: str, old: str, new: str) -> None:
+        path = self.path / page
+        text = path.read_text(encoding="utf-8")
+        assert old in text, f"{old!r} not in {page}"
+        path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+@pytest.fixture
+def site(tmp_path):
+    """``site("basic")`` → a fresh copy of tests/roots/test-basic."""
+
+    def make(name: str, into: str = "site") -> Site:
+        target = tmp_path / into
+        shutil.copytree(ROOTS / f"test-{name}", target)
+        return Site(target)
+
+    return make

@@ -1,0 +1,110 @@
+"""The execution cache (atomic, checksummed, never stores failures) and the record's comparison."""
+
+from __future__ import annotations
+
+import json
+
+from verified.cache import ExecutionCache
+from verified.model import Block, BlockResult, DocResult, Environment, Output, WarningRecord
+from verified.record import compare, make_record, normalize, read_record, write_record
+
+ENV = Environment(python="3.11.7", jax="0.10.2", jaxlib="0.10.2", backend="cpu",
+                  device_count=1, cpu_count=2, platform="linux-x86_64", date="2026-12-02")
+
+
+def result(key="k1", status="ran", text="42\n") -> DocResult:
+    return DocResult("part/page", key, ENV, [
+        BlockResult(0, status, 0.5, [Output("stdout", text)], [], None,
+                    "boom" if status == "failed" else None)])
+
+
+def test_store_then_load(tmp_path):
+    cache = ExecutionCache(tmp_path)
+    cache.store(result())
+    loaded = cache.load("part/page", "k1")
+    assert loaded == result()
+    assert cache.load("part/page", "other-key") is None
+    assert not list(tmp_path.glob(".tmp-*")), "temporary files are renamed into place"
+
+
+def test_a_new_key_replaces_the_old_entry(tmp_path):
+    cache = ExecutionCache(tmp_path)
+    cache.store(result("k1"))
+    cache.store(result("k2"))
+    assert cache.load("part/page", "k1") is None
+    assert cache.load("part/page", "k2") is not None
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_failed_runs_are_not_cached(tmp_path):
+    cache = ExecutionCache(tmp_path)
+    cache.store(result(status="failed"))
+    assert cache.load("part/page", "k1") is None
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_corrupt_and_truncated_entries_are_detected(tmp_path):
+    cache = ExecutionCache(tmp_path)
+    cache.store(result())
+    (entry,) = tmp_path.glob("*.json")
+    data = json.loads(entry.read_text())
+    data["payload"]["blocks"][0]["outputs"][0]["text"] = "tampered\n"
+    entry.write_text(json.dumps(data))
+    assert cache.load("part/page", "k1") is None
+    assert not entry.exists(), "a corrupt entry is removed"
+
+    cache.store(result())
+    (entry,) = tmp_path.glob("*.json")
+    entry.write_text(entry.read_text()[:40])
+    assert cache.load("part/page", "k1") is None
+
+
+def test_record_round_trip_and_match(tmp_path):
+    block = Block(0, 3, "print(42)")
+    record = make_record((block,), result())
+    write_record(tmp_path, record)
+    again = read_record(tmp_path, "part/page")
+    assert again == record
+    assert compare(block, result().blocks[0], again.block_for(block), {}).verdict == "match"
+
+
+def test_changed_source_is_unrecorded(tmp_path):
+    record = make_record((Block(0, 3, "print(42)"),), result())
+    assert record.block_for(Block(0, 3, "print(43)")) is None
+
+
+def test_mismatch_gives_a_unified_diff():
+    block = Block(0, 3, "print(x)")
+    recorded = make_record((block,), result(text="1.0000001\n")).blocks[0]
+    live = result(text="1.0000002\n").blocks[0]
+    comparison = compare(block, live, recorded, {}, "0.4.38")
+    assert comparison.verdict == "differs"
+    assert "--- verified (jax 0.4.38)" in comparison.diff
+    assert "-1.0000001" in comparison.diff and "+1.0000002" in comparison.diff
+    tolerant = Block(0, 3, "print(x)", normalize=("floats",))
+    assert compare(tolerant, live, recorded, {}).verdict == "match"
+
+
+def test_varies_is_not_compared_unless_normalised():
+    recorded = make_record((Block(0, 3, "t()"),), result(text="0.31 s\n")).blocks[0]
+    live = result(text="0.29 s\n").blocks[0]
+    assert compare(Block(0, 3, "t()", varies=True), live, recorded, {}).verdict == "unchecked"
+    custom = {"seconds": (("[0-9.]+ s", "N s"),)}
+    assert compare(Block(0, 3, "t()", varies=True, normalize=("seconds",)), live, recorded,
+                   custom).verdict == "match"
+    failed = result(status="failed").blocks[0]
+    assert compare(Block(0, 3, "t()", varies=True), failed, recorded, {}).verdict == "differs"
+
+
+def test_warnings_and_status_are_compared():
+    block = Block(0, 3, "w()")
+    base = result().blocks[0]
+    recorded = make_record((block,), result()).blocks[0]
+    warned = BlockResult(0, "ran", 0.1, base.outputs, [WarningRecord("DeprecationWarning", "old")])
+    assert compare(block, warned, recorded, {}).verdict == "differs"
+
+
+def test_builtin_normalisers():
+    assert normalize("<object at 0x7f3a2b1c>", ("addresses",), {}) == "<object at 0x…>"
+    assert normalize("[0.12345678 2.0000001]", ("floats",), {}) == "[0.1235 2]"
+    assert normalize("x", ("mine",), {"mine": (("x", "y"),)}) == "y"

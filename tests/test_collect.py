@@ -1,0 +1,133 @@
+"""Collecting blocks from a page's source, and what its cache key depends on (no execution)."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+from verified.collect import collect, environment_identity, with_key
+
+PAGE = dedent("""\
+    ---
+    execution:
+      host_devices: 4
+    ---
+
+    # Title
+
+    Some prose.
+
+    ```{code-cell} ipython3
+    x = 1
+    ```
+
+    ```{code-cell} python
+    :tags: [hide-input, raises-exception]
+
+    1 / 0
+    ```
+
+    ```{code-cell} python
+    ---
+    raises: jax.errors.TracerBoolConversionError
+    predict: Will it raise?
+    output: varies
+    timeout: 5
+    ---
+    print(x)
+    ```
+
+    ```python
+    not_a_cell = True
+    ```
+    """)
+
+
+def key_of(text: str, identity: dict | None = None) -> str:
+    found = collect("page", "page.md", frozenset({"floats"}), text=text)
+    assert not found.problems, found.problems
+    return with_key(found.job, identity or environment_identity({})).key
+
+
+def test_blocks_lines_and_options():
+    found = collect("page", "page.md", text=PAGE)
+    assert found.problems == []
+    job = found.job
+    assert job.settings.host_devices == 4
+    assert [b.line for b in job.blocks] == [10, 14, 20]
+    assert [b.source for b in job.blocks] == ["x = 1", "1 / 0", "print(x)"]
+    first, second, third = job.blocks
+    assert first.raises is None and not first.tags
+    assert second.tags == ("hide-input", "raises-exception") and second.raises == ""
+    assert third.raises == "jax.errors.TracerBoolConversionError"
+    assert third.predict == "Will it raise?" and third.varies and third.timeout == 5.0
+
+
+def test_prose_edit_keeps_the_key():
+    assert key_of(PAGE) == key_of(PAGE.replace("Some prose.", "Entirely different prose."))
+
+
+def test_display_only_options_keep_the_key():
+    edited = PAGE.replace("predict: Will it raise?", "predict: Something else?")
+    edited = edited.replace(":tags: [hide-input, raises-exception]",
+                            ":tags: [raises-exception, remove-output]")
+    edited = edited.replace("output: varies\n", "")
+    assert key_of(PAGE) == key_of(edited)
+
+
+def test_code_edit_changes_the_key():
+    assert key_of(PAGE) != key_of(PAGE.replace("x = 1", "x = 2"))
+
+
+def test_execution_options_change_the_key():
+    assert key_of(PAGE) != key_of(PAGE.replace("timeout: 5", "timeout: 6"))
+    assert key_of(PAGE) != key_of(PAGE.replace(":tags: [hide-input, raises-exception]", ""))
+    skipped = PAGE.replace("```{code-cell} ipython3\n", "```{code-cell} ipython3\n:tags: [skip-execution]\n")
+    assert key_of(PAGE) != key_of(skipped)
+
+
+def test_settings_change_the_key():
+    assert key_of(PAGE) != key_of(PAGE.replace("host_devices: 4", "host_devices: 8"))
+
+
+def test_environment_changes_the_key():
+    identity = environment_identity({})
+    for field, value in (("jax", "0.4.38"), ("jaxlib", "0.4.38"), ("python", "3.12.0"),
+                         ("platform", "darwin-arm64"), ("worker", "other")):
+        assert key_of(PAGE) != key_of(PAGE, {**identity, field: value}), field
+    assert key_of(PAGE) != key_of(PAGE, environment_identity({"JAX_PLATFORMS": "cpu"}))
+
+
+def test_invalid_cells_are_problems_not_blocks():
+    text = dedent("""\
+        ```{code-cell} python
+        :tags: [raises-exeption]
+
+        1 / 0
+        ```
+
+        ```{code-cell} python
+        :normalize: floats nosuch
+
+        1
+        ```
+
+        :::{note}
+        ```{code-cell} python
+        print("nested")
+        ```
+        :::
+
+        ```{code-cell} python
+        ok = True
+        ```
+        """)
+    found = collect("page", "page.md", frozenset({"floats"}), text=text)
+    assert [b.source for b in found.job.blocks] == ["ok = True"]
+    assert [(p.line, p.subtype, p.reported) for p in found.problems] == [
+        (2, "option", True), (7, "option", True), (14, "nested", False)]
+
+
+def test_front_matter_problem():
+    found = collect("page", "page.md", text="---\nexecution:\n  colour: blue\n---\n# T\n")
+    assert [(p.line, p.subtype) for p in found.problems] == [(1, "front-matter")]
+    assert "unknown execution setting(s) colour" in found.problems[0].message

@@ -1,0 +1,49 @@
+"""Each conf.py value is validated: a bad value stops the build with a message naming it."""
+
+from __future__ import annotations
+
+import pytest
+from sphinx.errors import ConfigError
+
+from verified.config import parse_doc_settings
+
+BAD_VALUES = [
+    ("verified_timeout", -1, "verified_timeout must be a positive number"),
+    ("verified_timeout", True, "verified_timeout must be a positive number"),
+    ("verified_jobs", -2, "verified_jobs must be a non-negative integer"),
+    ("verified_env", {"A": 1}, "verified_env must map variable names to strings"),
+    ("verified_record_dir", "", "verified_record_dir must not be empty"),
+    ("verified_cache_dir", 3, "verified_cache_dir must be a path string"),
+    ("verified_report", ["x"], "verified_report must be a path string"),
+    ("verified_normalizers", {"n": [["(", "x"]]}, "bad regex '('"),
+    ("verified_normalizers", {"n": ["x"]}, "each rule is [regex, replacement]"),
+    ("verified_normalizers", {"n": []}, "must be a non-empty list"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_VALUES)
+def test_bad_config_value(site, name, value, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        site("basic").build(confoverrides={name: value})
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"host_devices": 0}, "host_devices must be a positive integer"),
+    ({"host_devices": "8"}, "host_devices must be a positive integer"),
+    ({"timeout": -5}, "timeout must be a positive number"),
+    ({"budget": "long"}, "budget must be a positive number"),
+    ({"exclusive": "yes"}, "exclusive must be true or false"),
+    ({"env": ["A=1"]}, "env must map variable names"),
+    ({"colour": 1}, "unknown execution setting"),
+])
+def test_bad_front_matter_setting(settings, message):
+    with pytest.raises(ValueError, match=message):
+        parse_doc_settings({"execution": settings})
+
+
+def test_good_front_matter_settings():
+    settings = parse_doc_settings({"execution": {"host_devices": 8, "env": {"B": 2, "A": "x"},
+                                                 "timeout": 30, "exclusive": True}})
+    assert settings.host_devices == 8 and settings.exclusive and settings.timeout == 30
+    assert settings.env == (("A", "x"), ("B", "2"))
+    assert parse_doc_settings(None) == parse_doc_settings({"title": "no execution key"})

@@ -1,0 +1,156 @@
+"""Running one page in a subprocess: state, capture, expected errors, every way to fail.
+
+Plain Python only (no JAX), so these stay fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verified.execute import run_document
+from verified.model import Block, DocJob, DocSettings
+
+
+def run(*sources, settings=DocSettings(), timeout=30.0, **block_options):
+    blocks = []
+    for index, source in enumerate(sources):
+        options = block_options.get(f"b{index}", {})
+        blocks.append(Block(index=index, line=10 * index + 1, source=source, **options))
+    job = DocJob("page", "page.md", settings, tuple(blocks), key="k")
+    return run_document(job, default_timeout=timeout, extra_env={})
+
+
+def kinds(block):
+    return [(o.kind, o.text) for o in block.outputs]
+
+
+def test_state_carries_from_block_to_block():
+    result = run("x = 20", "x += 1", "x * 2")
+    assert [b.status for b in result.blocks] == ["ran", "ran", "ran"]
+    assert kinds(result.blocks[2]) == [("result", "42")]
+
+
+def test_pages_are_isolated():
+    run("leaked = 1")
+    result = run("leaked", b0={"raises": "NameError"})
+    assert result.blocks[0].status == "expected-error"
+
+
+def test_each_capture_kind_separately():
+    result = run(
+        "import sys, os, warnings\n"
+        "print('out')\n"
+        "print('err', file=sys.stderr)\n"
+        "os.write(1, b'fd-level\\n')\n"
+        "warnings.warn('careful', UserWarning)\n"
+        "'value'")
+    block = result.blocks[0]
+    assert kinds(block) == [("stdout", "out\nfd-level\n"), ("stderr", "err\n"),
+                            ("result", "'value'")]
+    assert [(w.category, w.message, w.line) for w in block.warnings] == [
+        ("UserWarning", "careful", 5)]
+
+
+def test_trailing_semicolon_suppresses_the_value():
+    assert kinds(run("1 + 1;").blocks[0]) == []
+
+
+def test_figures_become_images():
+    result = run("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.figure()\nplt.plot([3]);")
+    images = [o for o in result.blocks[0].outputs if "image/png" in o.data]
+    assert len(images) == 2
+    assert images[0].data["image/png"].startswith("iVBORw0KGgo")  # base64 of a PNG header
+    assert run("import matplotlib.pyplot as plt\nplt.get_fignums()").blocks[0].outputs[0].text == "[]"
+
+
+def test_magics_work():
+    result = run("%timeit -n 1 -r 1 sum(range(10))")
+    assert "per loop" in result.blocks[0].outputs[0].text
+
+
+def test_expected_error_right_type_and_subclass():
+    result = run("1 / 0", "{}['k']", "int('x')",
+                 b0={"raises": "ZeroDivisionError"}, b1={"raises": "LookupError"},
+                 b2={"raises": ""})
+    assert [b.status for b in result.blocks] == ["expected-error"] * 3
+    traceback = result.blocks[0].outputs[-1].text
+    assert traceback.endswith("ZeroDivisionError: division by zero")
+    assert "Cell [1], line 1" in traceback and "site-packages" not in traceback
+
+
+def test_expected_error_wrong_type_fails():
+    result = run("[][0]", "print('not reached')", b0={"raises": "KeyError"})
+    assert result.blocks[0].status == "failed"
+    assert result.blocks[0].failure == "expected KeyError, but the block raised IndexError"
+    assert result.blocks[1].status == "not-run"
+
+
+def test_expected_error_that_does_not_happen_fails():
+    result = run("x = 1", b0={"raises": "ValueError"})
+    assert result.blocks[0].failure == "expected ValueError, but the block raised nothing"
+
+
+def test_undeclared_error_fails_and_keeps_partial_output():
+    result = run("print('before')\nraise RuntimeError('boom')")
+    block = result.blocks[0]
+    assert block.status == "failed" and block.failure == "the block raised RuntimeError"
+    assert kinds(block)[0] == ("stdout", "before\n")
+    assert block.error.ename == "RuntimeError" and block.error.evalue == "boom"
+
+
+def test_syntax_error_fails():
+    result = run("def f(:\n    pass")
+    assert result.blocks[0].status == "failed"
+    assert "SyntaxError" in result.blocks[0].error.traceback
+
+
+def test_block_timeout_keeps_output_so_far():
+    result = run("import time\nprint('started', flush=True)\ntime.sleep(60)", "print('next')",
+                 b0={"timeout": 1.0})
+    block = result.blocks[0]
+    assert block.failure == "timed out after 1 s (the block's time limit)"
+    assert kinds(block) == [("stdout", "started\n")]
+    assert result.blocks[1].status == "not-run"
+
+
+def test_page_budget():
+    result = run("import time\ntime.sleep(0.3)", "time.sleep(60)",
+                 settings=DocSettings(budget=1.0))
+    assert result.blocks[0].status == "ran"
+    assert result.blocks[1].failure == "timed out after 1 s (the document's time budget)"
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("import os\nos._exit(3)", "the interpreter exited with status 3"),
+    ("import ctypes\nctypes.string_at(0)", "the interpreter crashed (SIGSEGV)"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "the interpreter crashed (SIGKILL)"),
+])
+def test_crashed_interpreter(source, expected):
+    result = run("print('fine')", source)
+    assert result.blocks[0].status == "ran"
+    assert result.blocks[1].status == "failed"
+    assert result.blocks[1].failure.startswith(expected)
+
+
+def test_segfault_leaves_a_python_traceback():
+    result = run("import ctypes\nctypes.string_at(0)")
+    stderr = dict(kinds(result.blocks[0])).get("stderr", "")
+    assert "Segmentation fault" in stderr
+
+
+def test_skipped_blocks_do_not_run():
+    result = run("raise SystemExit", "print('runs')", b0={"skip": True})
+    assert [b.status for b in result.blocks] == ["skipped", "ran"]
+
+
+def test_input_reads_end_of_file():
+    result = run("input()", b0={"raises": "EOFError"})
+    assert result.blocks[0].status == "expected-error"
+
+
+def test_page_environment_variables_and_environment():
+    result = run("import os\nprint(os.environ['PAGE_VAR'], os.environ.get('JAX_NUM_CPU_DEVICES'))",
+                 settings=DocSettings(env=(("PAGE_VAR", "set"),), host_devices=3))
+    assert kinds(result.blocks[0]) == [("stdout", "set 3\n")]
+    assert result.environment.jax is None  # the page never imported JAX
+    assert result.environment.cpu_count and result.environment.date
