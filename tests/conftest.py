@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ class Build:
                 if ": WARNING: " in line or ": ERROR: " in line]
 
 
+def strip_colours(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 class Site:
     """A private, writable copy of a test root that can be built repeatedly."""
 
@@ -55,7 +60,7 @@ class Site:
             app.build()
         finally:
             app.cleanup()
-        return Build(app, status.getvalue(), warning.getvalue())
+        return Build(app, strip_colours(status.getvalue()), strip_colours(warning.getvalue()))
 
     def edit(self, page: str, old: str, new: str) -> None:
         path = self.path / page

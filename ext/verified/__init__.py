@@ -38,7 +38,7 @@ def setup(app: Sphinx) -> dict:
     plain = (visit_reveal_plain, depart_reveal_plain)
     app.add_node(reveal, html=(visit_reveal_html, depart_reveal_html),
                  latex=plain, text=plain, man=plain, texinfo=plain)
-    app.add_transform(schedule.RenderCells)
+    app.connect("doctree-read", schedule.on_doctree_read, priority=400)
     app.add_builder(VerifiedDoctestBuilder)
     app.add_builder(RecordBuilder)
     app.connect("builder-inited", schedule.on_builder_inited)

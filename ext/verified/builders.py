@@ -7,6 +7,7 @@ writes HTML. ``doctest`` compares each block with the verified record and report
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sphinx.builders import Builder
@@ -38,7 +39,7 @@ class _ExecutingBuilder(Builder):
 
     def executed_pages(self):
         """(docname, job, result) for every page with blocks, in name order."""
-        build = state(self.app)
+        build = state(self)
         for docname in sorted(build.collected):
             found = build.collected[docname]
             if found.job.blocks:
@@ -52,7 +53,7 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
     epilog = "Doctest report written to %(outdir)s/output.txt"
 
     def finish(self) -> None:
-        build = state(self.app)
+        build = state(self)
         lines: list[str] = []
         passed = failed = 0
         for docname, found, result in self.executed_pages():
@@ -60,7 +61,7 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
             doc_passed = doc_failed = 0
             details: list[str] = []
             for block in found.job.blocks:
-                location = f"{found.job.path}:{block.line}"
+                location = f"{os.path.relpath(found.job.path)}:{block.line}"
                 live = result.blocks[block.index] if result else None
                 if live is None or live.failed:
                     why = live.failure if live else "the page did not run (see the errors above)"
@@ -90,8 +91,7 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
         Path(self.outdir, "output.txt").write_text(report, encoding="utf-8")
         for line in lines:
             logger.info(line)
-        if failed:
-            self.app.statuscode = 1
+        build.comparison_failed = failed > 0
 
 
 class RecordBuilder(_ExecutingBuilder):
@@ -101,7 +101,7 @@ class RecordBuilder(_ExecutingBuilder):
     epilog = "Verified record written to the record directory"
 
     def finish(self) -> None:
-        build = state(self.app)
+        build = state(self)
         written = set()
         for docname, found, result in self.executed_pages():
             if result is None or result.failed:

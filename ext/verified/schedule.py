@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +18,6 @@ from pathlib import Path
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
-from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
 from . import config as config_module
@@ -46,6 +46,7 @@ class BuildState:
     results: dict[str, DocResult] = field(default_factory=dict)
     executed: set[str] = field(default_factory=set)
     records: dict[str, Record | None] = field(default_factory=dict)
+    comparison_failed: bool = False  # set by the doctest builder
 
     def record_for(self, docname: str) -> Record | None:
         if docname not in self.records:
@@ -53,13 +54,19 @@ class BuildState:
         return self.records[docname]
 
 
-def state(app: Sphinx) -> BuildState:
-    return app._verified_state  # type: ignore[attr-defined]
+# One BuildState per Sphinx application, keyed by its Config object: the app, the
+# environment and the builder all share that one object.
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def state(owner) -> BuildState:
+    """The build state of ``owner``: the app, or a builder (anything with ``.config``)."""
+    return _STATES[owner.config]
 
 
 def on_builder_inited(app: Sphinx) -> None:
     validated = config_module.validate(app)
-    app._verified_state = BuildState(  # type: ignore[attr-defined]
+    _STATES[app.config] = BuildState(
         config=validated,
         cache=ExecutionCache(validated.cache_dir),
         identity=environment_identity(validated.env),
@@ -148,38 +155,34 @@ def _run_all(app: Sphinx, jobs: list) -> None:
         build.cache.store(result)
 
 
-class RenderCells(SphinxTransform):
-    """Swaps every ``code_cell`` placeholder for the rendered block."""
-
-    default_priority = 400
-
-    def apply(self, **kwargs) -> None:
-        app = self.app
-        build = state(app)
-        docname = self.env.docname
-        found = _collect(app, self.env, docname)
-        for problem in (found.problems if found else ()):
-            if not problem.reported:
-                logger.error(problem.message, location=(docname, problem.line),
-                             type="verified", subtype=problem.subtype)
-        cells = list(self.document.findall(code_cell))
-        if not cells:
-            return
-        by_line = {block.line: block for block in found.job.blocks} if found else {}
-        result = build.results.get(docname)
-        for node in cells:
-            block = by_line.get(node["fence_line"])
-            if result is None or block is None or block.source != node["source"]:
-                # Not run: a problem with this page was reported above.
-                node.replace_self([])
-                continue
-            block_result = result.blocks[block.index]
-            if block_result.failed:
-                logger.error(failure_report(block, block_result), location=node,
-                             type="verified", subtype="block-failed")
-            verification = _verify(build, docname, block, block_result)
-            node.replace_self(render_block(block, block_result, result.environment,
-                                           verification))
+def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
+    """Swaps every ``code_cell`` placeholder for the rendered block (before Sphinx's own
+    collectors see the page, so figures are found like any other image)."""
+    build = state(app)
+    docname = app.env.docname
+    found = _collect(app, app.env, docname)
+    for problem in (found.problems if found else ()):
+        if not problem.reported:
+            logger.error(problem.message, location=(docname, problem.line),
+                         type="verified", subtype=problem.subtype)
+    cells = list(doctree.findall(code_cell))
+    if not cells:
+        return
+    by_line = {block.line: block for block in found.job.blocks} if found else {}
+    result = build.results.get(docname)
+    for node in cells:
+        block = by_line.get(node["fence_line"])
+        if result is None or block is None or block.source != node["source"]:
+            # Not run: a problem with this page was reported above.
+            node.replace_self([])
+            continue
+        block_result = result.blocks[block.index]
+        if block_result.failed:
+            logger.error(failure_report(block, block_result), location=node,
+                         type="verified", subtype="block-failed")
+        verification = _verify(build, docname, block, block_result)
+        node.replace_self(render_block(block, block_result, result.environment,
+                                       verification))
 
 
 def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
@@ -233,7 +236,7 @@ def _relative(path: str, srcdir) -> str:
 
 
 def on_build_finished(app: Sphinx, exception) -> None:
-    if exception is not None or not hasattr(app, "_verified_state"):
+    if exception is not None or app.config not in _STATES:
         return
     build = state(app)
     rows = block_statuses(app)
@@ -247,6 +250,6 @@ def on_build_finished(app: Sphinx, exception) -> None:
                f"{counts['cached']} cached, {counts['failed']} failed")
     extra = [f"{counts[s]} {s}" for s in ("skipped", "not-run") if counts[s]]
     logger.info(summary + (f" ({', '.join(extra)})" if extra else ""))
-    if counts["failed"]:
+    if counts["failed"] or build.comparison_failed:
         # Each failure was reported at its file:line; the build fails with or without -W.
         app.statuscode = 1

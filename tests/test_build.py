@@ -1,0 +1,249 @@
+"""Building pages through Sphinx: rendering, located failures, the cache, the report, -j,
+the record, doctest and drift captions. The test roots use plain Python, not JAX."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+BASIC_BLOCKS = 12  # 10 in index.md, 2 in other.md
+
+
+def error_heads(build) -> list[str]:
+    """The first line of every located warning or error."""
+    return build.warning_lines()
+
+
+def report(build) -> list[dict]:
+    return json.loads((build.outdir.parent / "execution-report.json").read_text())["blocks"]
+
+
+def test_outputs_are_rendered_with_captions(site):
+    build = site("basic").build()
+    assert build.app.statuscode == 0 and error_heads(build) == []
+    page = build.html()
+    assert "hello from stdout" in page
+    assert re.search(r'class="cell-output stderr[^"]*".*?to stderr', page, re.S)
+    assert re.search(r'class="cell-output result[^"]*".*?<pre><span></span>42\n', page, re.S)
+    assert '<p class="cell-caption">Python 3.11' in page
+    assert "not yet in the verified record" in page
+    assert build.html("other").count("cell-caption") == 2
+
+
+def test_output_is_escaped(site):
+    page = site("basic").build().html()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; done" in page
+    assert "<script>alert(1)" not in page
+
+
+def test_warnings_are_separate_and_deprecations_become_api_notes(site):
+    page = site("basic").build().html()
+    assert '<div class="cell-warning docutils container">\n<p>DeprecationWarning: old spelling' in page
+    assert "<p>UserWarning: a user warning</p>" in page
+    assert '<span class="cell-api-note">API note: DeprecationWarning: old spelling</span>' in page
+    assert "API note: UserWarning" not in page
+
+
+def test_expected_errors_are_shown(site):
+    build = site("basic").build()
+    page = build.html()
+    assert "ZeroDivisionError: division by zero" in page
+    assert "ValueError: invalid literal for int() with base 10: 'not a number'" in page
+    assert "NameError: name 'counter' is not defined" in build.html("other")
+
+
+def test_predict_hides_the_output_behind_a_reveal(site):
+    page = site("basic").build().html()
+    match = re.search(r'<p class="cell-predict-prompt">What does this print\?</p>\s*'
+                      r'<details class="cell-reveal predict"><summary>Reveal the output</summary>'
+                      r'(.*?)</details>', page, re.S)
+    assert match and "84" in match.group(1)
+
+
+def test_skipped_and_figure_blocks(site):
+    page = site("basic").build().html()
+    assert "Not executed (skip-execution)." in page
+    assert "never runs" in page  # the code is shown
+    assert re.search(r'<img alt="&lt;Figure size \d+x\d+&gt;" class="cell-figure" '
+                     r'src="data:image/png;base64,iVBOR', page)
+
+
+def test_failures_are_located_and_the_others_still_run(site):
+    build = site("failures").build()
+    assert build.app.statuscode == 1
+    heads = [line for line in error_heads(build)]
+    assert heads == [
+        "budget.md:13: ERROR: code-cell failed: timed out after 1.5 s (the document's time budget) [verified.block-failed]",
+        "crash.md:3: ERROR: code-cell failed: the interpreter exited with status 3",
+        "noraise.md:3: ERROR: code-cell failed: expected ValueError, but the block raised nothing [verified.block-failed]",
+        "segfault.md:3: ERROR: code-cell failed: the interpreter crashed (SIGSEGV)",
+        "syntax.md:3: ERROR: code-cell failed: the block raised SyntaxError",
+        "timeout.md:7: ERROR: code-cell failed: timed out after 1 s (the block's time limit)",
+        "undeclared.md:7: ERROR: code-cell failed: the block raised KeyError",
+        "wrongtype.md:3: ERROR: code-cell failed: expected KeyError, but the block raised IndexError",
+    ]
+    assert "KeyError: &#39;missing&#39;" in build.warnings.replace("'", "&#39;")
+    assert "--- captured stdout ---\npartial output" in build.warnings
+    assert "--- captured stdout ---\nsleeping" in build.warnings
+    assert "this page still runs" in build.html("fine")
+    undeclared = build.html("undeclared")
+    assert "partial output" in undeclared and "This block failed: the block raised KeyError" in undeclared
+    assert "Not run: an earlier block of this page failed." in undeclared
+    assert "after the failure" in undeclared  # the code is shown, its output is not
+    assert undeclared.count('class="cell-output stdout') == 2
+
+
+def test_invalid_cells_are_located_and_fail_the_build(site):
+    build = site("options").build()
+    assert build.app.statuscode == 1
+    assert error_heads(build) == [
+        "badlanguage.md:3: ERROR: code-cell language must be one of python, python3, ipython, ipython3, not 'rust' [verified.option]",
+        "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, paths [verified.option]",
+        "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",
+        "badraises.md:4: WARNING: 'code-cell': Invalid option value for 'raises': not a name: expected an exception type name, got 'not a name' [myst.directive_option]",
+        "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
+        "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
+        "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
+        "nested.md:4: ERROR: code-cell must be at the top level of the page (a cell nested in another directive cannot run) [verified.nested]",
+    ]
+    good = build.html("good")
+    assert "0xff" in good and 'details class="cell-reveal hide-input"' in good
+    assert "frontmatter" not in build.status or "executed frontmatter" not in build.status
+
+
+def test_warm_rebuild_executes_nothing(site):
+    copy = site("basic")
+    first = copy.build()
+    assert f"{BASIC_BLOCKS} blocks: 11 ran, 0 cached, 0 failed (1 skipped)" in first.status
+    again = copy.build()
+    assert "executing" not in again.status
+    assert f"{BASIC_BLOCKS} blocks: 0 ran, 11 cached, 0 failed (1 skipped)" in again.status
+
+
+def test_prose_and_display_edits_execute_nothing(site):
+    copy = site("basic")
+    copy.build()
+    copy.edit("index.md", "Prose between blocks.", "Other prose between blocks.")
+    copy.edit("other.md", "```{code-cell} ipython3\n", "```{code-cell} ipython3\n:tags: [hide-output]\n")
+    build = copy.build()
+    assert "reading sources... [ 50%] index" in build.status  # both pages were re-read …
+    assert "executing" not in build.status  # … and nothing ran
+    assert "Other prose between blocks." in build.html()
+    assert 'details class="cell-reveal hide-output"' in build.html("other")
+
+
+def test_code_edit_reexecutes_only_that_page(site):
+    copy = site("basic")
+    copy.build()
+    copy.edit("other.md", "value = 7", "value = 8")
+    build = copy.build()
+    assert "executed other: 2 blocks" in build.status
+    assert "executed index" not in build.status
+    assert "<pre><span></span>48\n" in build.html("other")
+    statuses = {(row["docname"], row["status"]) for row in report(build)}
+    assert statuses == {("index", "cached"), ("index", "skipped"), ("other", "ran"),
+                        ("other", "expected-error")}
+
+
+def test_corrupt_cache_entry_is_rerun(site):
+    copy = site("basic")
+    copy.build()
+    (entry,) = (copy.path / "_build" / ".execution-cache").glob("index.*.json")
+    entry.write_text(entry.read_text()[:100])
+    build = copy.build()
+    assert "executed index: 10 blocks" in build.status
+    assert "hello from stdout" in build.html()
+
+
+def test_failed_pages_are_not_cached(site):
+    copy = site("failures")
+    copy.build()
+    again = copy.build()
+    assert "executed undeclared" in again.status and "executed crash" in again.status
+    assert "executed fine" not in again.status
+    assert again.app.statuscode == 1
+
+
+def test_execution_report(site):
+    build = site("basic").build()
+    rows = report(build)
+    assert len(rows) == BASIC_BLOCKS
+    first = rows[0]
+    assert (first["document"].endswith("index.md"), first["line"], first["status"]) == (True, 7, "ran")
+    assert first["environment"]["python"].startswith("3.") and first["duration"] >= 0
+    assert [r["status"] for r in rows if r["docname"] == "index"] == [
+        "ran", "ran", "ran", "expected-error", "expected-error", "ran", "ran", "skipped",
+        "ran", "ran"]
+
+
+def _stable(html: str) -> str:
+    """Page HTML without what legitimately changes between two runs (the varies block)."""
+    return re.sub(r"\d+\.\d+", "N", html)
+
+
+def test_parallel_read_gives_the_same_pages(site):
+    serial = site("basic", into="serial").build(parallel=0)
+    parallel = site("basic", into="parallel").build(parallel=2)
+    for page in ("index", "other"):
+        assert _stable(serial.html(page)) == _stable(parallel.html(page))
+    assert parallel.app.statuscode == 0
+
+
+def test_record_then_doctest_passes(site):
+    copy = site("basic")
+    recorded = copy.build("record", fresh=True)
+    assert recorded.app.statuscode == 0
+    assert (copy.path / "record" / "index.json").exists() and (copy.path / "record" / "other.json").exists()
+    checked = copy.build("doctest", fresh=True)
+    assert checked.app.statuscode == 0
+    output = (checked.outdir / "output.txt").read_text()
+    assert output.splitlines()[-1] == f"{BASIC_BLOCKS} passed, 0 failed"
+    assert "index: 10 passed, 0 failed" in output
+
+
+def test_doctest_reports_a_mismatch_with_a_diff(site):
+    copy = site("basic")
+    copy.build("record", fresh=True)
+    record = copy.path / "record" / "other.json"
+    record.write_text(record.read_text().replace('"text": "42"', '"text": "41"'))
+    checked = copy.build("doctest", fresh=True)
+    assert checked.app.statuscode == 1
+    output = (checked.outdir / "output.txt").read_text()
+    assert output.splitlines()[-1] == f"{BASIC_BLOCKS - 1} passed, 1 failed"
+    assert "other.md:9: output differs from the record" in output
+    assert "-41\n" in output and "+42\n" in output
+
+
+def test_doctest_flags_unrecorded_blocks(site):
+    copy = site("basic")
+    copy.build("record", fresh=True)
+    copy.edit("other.md", "value = 7", "value = 8")
+    output = (copy.build("doctest", fresh=True).outdir / "output.txt").read_text()
+    assert "other.md:9: not in the verified record" in output
+
+
+def test_drift_caption_shows_the_verified_output(site):
+    copy = site("basic")
+    copy.build("record", fresh=True)
+    record = copy.path / "record" / "other.json"
+    data = json.loads(record.read_text())
+    data["environment"].update(jax="0.4.38", date="2026-07-27")
+    data["blocks"][1]["outputs"][0]["text"] = "41"
+    record.write_text(json.dumps(data))
+    page = copy.build().html("other")
+    assert "differs from the output verified on jax 0.4.38 (2026-07-27)" in page
+    verified = re.search(r'<details class="cell-reveal cell-verified"><summary>Show the verified '
+                         r'output</summary>(.*?)</details>', page, re.S)
+    assert verified and "<pre><span></span>41\n" in verified.group(1)
+    assert "· verified 2026-07-27" in page  # the first block still matches its record
+
+
+@pytest.mark.parametrize("page", ["index", "other"])
+def test_verified_caption_after_recording(site, page):
+    copy = site("basic")
+    copy.build("record", fresh=True)
+    html = copy.build().html(page)
+    assert "not yet in the verified record" not in html
+    assert re.search(r"· verified \d{4}-\d\d-\d\d", html)
