@@ -131,3 +131,9 @@ def test_front_matter_problem():
     found = collect("page", "page.md", text="---\nexecution:\n  colour: blue\n---\n# T\n")
     assert [(p.line, p.subtype) for p in found.problems] == [(1, "front-matter")]
     assert "unknown execution setting(s) colour" in found.problems[0].message
+
+
+def test_cells_shown_as_text_in_code_fences_are_not_cells():
+    text = "````md\n```{code-cell} python\nprint('an example')\n```\n````\n"
+    found = collect("page", "page.md", text=text)
+    assert found.problems == [] and found.job.blocks == ()

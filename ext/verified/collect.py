@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -50,9 +49,6 @@ class Collected:
     problems: list[Problem] = field(default_factory=list)
 
 
-NESTED_FENCE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\s*\{code-cell\}")
-
-
 _PARSER = None
 
 
@@ -72,6 +68,19 @@ def _code_cell_fences(tokens: list[Token]):
             yield token, info[len("{code-cell}"):].strip()
 
 
+def _nested_cell_lines(tokens: list[Token], offset: int):
+    """Lines of code-cells inside other directives' bodies (plain code fences are text)."""
+    for token in tokens:
+        info = token.info.strip()
+        if (token.type in ("fence", "colon_fence") and token.map is not None
+                and info.startswith("{") and not info.startswith("{code-cell}")):
+            body_offset = offset + token.map[0] + 1
+            inner = _parser().parse(token.content)
+            for nested, _ in _code_cell_fences(inner):
+                yield body_offset + nested.map[0] + 1
+            yield from _nested_cell_lines(inner, body_offset)
+
+
 def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = frozenset(),
             text: str | None = None) -> Collected:
     """Parses ``path`` into a DocJob (its key is filled in by ``with_key``)."""
@@ -86,10 +95,8 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
         settings = DocSettings()
 
     blocks = []
-    seen_lines = set()
     for token, first_line in _code_cell_fences(_parser().parse(text)):
         line = token.map[0] + 1
-        seen_lines.add(line)
         try:
             parsed = parse_directive_text(CodeCellDirective, first_line, token.content, line=line)
         except (MarkupError, DirectiveError) as err:
@@ -109,10 +116,9 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
                                     "option", reported=True))
             continue
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options))
-    for number, content in enumerate(text.splitlines(), 1):
-        if NESTED_FENCE.match(content) and number not in seen_lines:
-            problems.append(Problem(number, "code-cell must be at the top level of the page "
-                                    "(a cell nested in another directive cannot run)", "nested"))
+    for line in _nested_cell_lines(_parser().parse(text), 0):
+        problems.append(Problem(line, "code-cell must be at the top level of the page "
+                                "(a cell nested in another directive cannot run)", "nested"))
     return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems)
 
 
