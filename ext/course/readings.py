@@ -10,6 +10,7 @@ Read it for the list of what may and may not be traced.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -58,10 +59,19 @@ def load_registry(path: str) -> Registry:
     return Registry(Path(path), pages)
 
 
-def registry(app: Sphinx) -> Registry:
+# The registry file of each build, keyed by its Config object (shared by app, env, builder).
+_REGISTRY_PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def on_builder_inited(app: Sphinx) -> None:
     configured = app.config.course_readings
     path = Path(app.confdir, configured) if configured else DEFAULT_REGISTRY
-    return load_registry(str(path))
+    _REGISTRY_PATHS[app.config] = str(path)
+
+
+def registry(owner) -> Registry:
+    """The registry of ``owner``'s build (anything with ``.config``)."""
+    return load_registry(_REGISTRY_PATHS[owner.config])
 
 
 class ReadingDirective(SphinxDirective):
@@ -72,10 +82,10 @@ class ReadingDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         key = self.arguments[0].strip().removesuffix(".html")
-        page = registry(self.env.app).pages.get(key)
+        page = registry(self).pages.get(key)
         if page is None:
             logger.warning(f"unknown official page {key!r}; known pages are listed in "
-                           f"{registry(self.env.app).path.name}",
+                           f"{registry(self).path.name}",
                            location=(self.env.docname, self.lineno), type="course",
                            subtype="reading")
             return []
@@ -137,3 +147,73 @@ def on_env_check_consistency(app, env) -> None:
             logger.warning(f"official page {page.key!r} ({page.title}) is not assigned in any "
                            f"chapter", location=f"{reg.path}:{page.line}", type="course",
                            subtype="coverage")
+
+
+class reading_map(nodes.General, nodes.Element):
+    """Placeholder for the table of official pages and the chapters that assign them."""
+
+
+class ReadingMapDirective(SphinxDirective):
+    def run(self) -> list[nodes.Node]:
+        from .chapters import aggregate_pages
+
+        aggregate_pages(self.env).add(self.env.docname)
+        node = reading_map()
+        self.set_source_info(node)
+        return [node]
+
+
+def _cell(*children: nodes.Node) -> nodes.entry:
+    entry = nodes.entry()
+    paragraph = nodes.paragraph()
+    for child in children:
+        paragraph += child
+    entry += paragraph
+    return entry
+
+
+def reading_map_table(app: Sphinx, fromdoc: str) -> nodes.table:
+    """Every official page, by level, with links to the chapters that assign it."""
+    from .chapters import chapters
+
+    assigned = chapters_assigning(app.env)
+    known = chapters(app.env)
+    table = nodes.table(classes=["course-reading-map"])
+    group = nodes.tgroup(cols=3)
+    table += group
+    for width in (12, 50, 38):
+        group += nodes.colspec(colwidth=width)
+    head = nodes.thead()
+    header = nodes.row()
+    for label in ("Level", "Official page", "Assigned in"):
+        header += _cell(nodes.Text(label))
+    head += header
+    group += head
+    body = nodes.tbody()
+    for page in registry(app).pages.values():
+        row = nodes.row()
+        row += _cell(nodes.Text(page.level))
+        link = nodes.reference("", "", refuri=page.url)
+        link += nodes.Text(page.title)
+        row += _cell(link)
+        places: list[nodes.Node] = []
+        for docname in assigned.get(page.key, []):
+            if places:
+                places.append(nodes.Text(", "))
+            chapter = known.get(docname)
+            label = f"{chapter.number:02d} {chapter.title}" if chapter else docname
+            ref = nodes.reference("", "", refuri=app.builder.get_relative_uri(fromdoc, docname))
+            ref += nodes.Text(label)
+            places.append(ref)
+        if not places:
+            places.append(nodes.Text("required, not yet assigned" if page.required
+                                     else "optional, not assigned"))
+        row += _cell(*places)
+        body += row
+    group += body
+    return table
+
+
+def on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    for node in list(doctree.findall(reading_map)):
+        node.replace_self(reading_map_table(app, docname))

@@ -25,10 +25,13 @@ from .render import depart_reveal_html, depart_reveal_plain, reveal, visit_revea
 STATIC = Path(__file__).with_name("static")
 
 
-def _add_static(app: Sphinx) -> None:
-    if app.builder.format == "html":
-        app.config.html_static_path.append(str(STATIC))
-        app.add_css_file("verified.css")
+def _copy_static(app: Sphinx, exception) -> None:
+    """Copies verified.css into the HTML output (without touching html_static_path, so the
+    configuration stays what conf.py says and never looks changed to Sphinx)."""
+    if exception is None and app.builder.format == "html":
+        from sphinx.util.fileutil import copy_asset_file
+
+        copy_asset_file(STATIC / "verified.css", Path(app.outdir) / "_static")
 
 
 def setup(app: Sphinx) -> dict:
@@ -42,7 +45,8 @@ def setup(app: Sphinx) -> dict:
     app.add_builder(VerifiedDoctestBuilder)
     app.add_builder(RecordBuilder)
     app.connect("builder-inited", schedule.on_builder_inited)
-    app.connect("builder-inited", _add_static)
+    app.connect("build-finished", _copy_static)
+    app.add_css_file("verified.css")
     app.connect("env-get-outdated", schedule.on_env_get_outdated)
     app.connect("env-before-read-docs", schedule.on_env_before_read_docs)
     app.connect("build-finished", schedule.on_build_finished)

@@ -193,6 +193,15 @@ def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -
     return Verification(comparison, recorded, record.environment if record else None)
 
 
+def result_for(app: Sphinx, docname: str) -> DocResult | None:
+    """This build's result for a page (executed now, or from the cache), if it has one."""
+    build = state(app)
+    if docname in build.results:
+        return build.results[docname]
+    found = build.collected.get(docname)
+    return build.cache.load(docname, found.job.key) if found and found.job.blocks else None
+
+
 def block_statuses(app: Sphinx) -> list[dict]:
     """Every block of every page, with its status this build (for the report)."""
     build = state(app)

@@ -1,0 +1,179 @@
+"""The chapters as data: number, title and thesis, read from the chapter pages themselves.
+
+A chapter is a page whose name matches ``course_chapter_pattern`` and whose title starts with
+its number (``# 01 · Arrays``); its thesis is the first block quote. From that one source:
+
+* ``{chapter-grid} part1`` renders the cards of a part (landing page);
+* every chapter page gets a progress control (filled in by ``progress.js``; invisible
+  without JavaScript) and links to download it as a notebook and as source;
+* ``_static/course-chapters.js`` gives ``progress.js`` the chapter list, so no list of
+  chapters is written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
+
+logger = logging.getLogger(__name__)
+
+TITLE = re.compile(r"^(\d+)\s*·\s*(.+)$")
+
+
+@dataclass(frozen=True)
+class Chapter:
+    docname: str
+    number: int
+    title: str
+    thesis: str
+
+
+class chapter_grid(nodes.General, nodes.Element):
+    """Placeholder for the cards of one part; filled once every page has been read."""
+
+
+class ChapterGridDirective(SphinxDirective):
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        node = chapter_grid(part=self.arguments[0].strip())
+        self.set_source_info(node)
+        aggregate_pages(self.env).add(self.env.docname)
+        return [node]
+
+
+def chapters(env) -> dict[str, Chapter]:
+    if not hasattr(env, "course_chapters"):
+        env.course_chapters = {}
+    return env.course_chapters
+
+
+def aggregate_pages(env) -> set[str]:
+    """Pages whose content is made from other pages (re-read when any page changes)."""
+    if not hasattr(env, "course_aggregate_pages"):
+        env.course_aggregate_pages = set()
+    return env.course_aggregate_pages
+
+
+def ordered(env) -> list[Chapter]:
+    return sorted(chapters(env).values(), key=lambda c: c.number)
+
+
+def is_chapter_page(app: Sphinx, docname: str) -> bool:
+    return re.fullmatch(app.config.course_chapter_pattern, docname) is not None
+
+
+def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
+    """Reads a chapter's number, title and thesis; adds its progress control and downloads."""
+    env = app.env
+    docname = env.docname
+    chapters(env).pop(docname, None)
+    if not is_chapter_page(app, docname):
+        return
+    section = next(iter(doctree.findall(nodes.section)), None)
+    title = section[0].astext() if section is not None else ""
+    match = TITLE.match(title)
+    quote = next(iter(doctree.findall(nodes.block_quote)), None)
+    if match is None or quote is None:
+        logger.warning("a chapter page needs a title '# NN · Title' and its thesis as the first "
+                       "block quote", location=(docname, 1), type="course", subtype="chapter")
+        return
+    chapters(env)[docname] = Chapter(docname, int(match.group(1)), match.group(2).strip(),
+                                     quote.astext().strip())
+    control = nodes.raw("", f'<div class="course-progress-control" data-chapter="{docname}" '
+                            f'hidden></div>', format="html")
+    downloads = nodes.paragraph(classes=["course-downloads"])
+    downloads += nodes.Text("Download this chapter: ")
+    for label, target in (("notebook with outputs (.ipynb)", download_uri(docname, "ipynb")),
+                          ("source (.md)", download_uri(docname, "md"))):
+        if len(downloads) > 1:
+            downloads += nodes.Text(" · ")
+        downloads += nodes.reference(label, label, refuri=target, classes=["download"])
+    quote.parent.insert(quote.parent.index(quote) + 1, [control, downloads])
+
+
+def download_uri(docname: str, suffix: str) -> str:
+    """Relative to the chapter page's own URL."""
+    depth = docname.count("/")
+    return "../" * depth + f"_downloads/chapters/{docname}.{suffix}"
+
+
+def on_env_purge_doc(app, env, docname) -> None:
+    chapters(env).pop(docname, None)
+    aggregate_pages(env).discard(docname)
+
+
+def on_env_merge_info(app, env, docnames, other) -> None:
+    for docname in docnames:
+        if docname in chapters(other):
+            chapters(env)[docname] = chapters(other)[docname]
+        if docname in aggregate_pages(other):
+            aggregate_pages(env).add(docname)
+
+
+def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
+    if added or changed or removed:
+        return sorted(aggregate_pages(env) - set(added) - set(changed))
+    return []
+
+
+def card(app: Sphinx, fromdoc: str, chapter: Chapter) -> nodes.Node:
+    """One sphinx-design card: number and title, the thesis, the whole card a link."""
+    column = nodes.container(classes=["sd-col", "sd-d-flex-row"])
+    box = nodes.container(classes=["sd-card", "sd-sphinx-override", "sd-w-100", "sd-shadow-sm",
+                                   "sd-card-hover", "course-chapter-card"])
+    box["data-chapter"] = chapter.docname
+    body = nodes.container(classes=["sd-card-body"])
+    heading = f"ch {chapter.number:02d} · {chapter.title}"
+    title = nodes.paragraph(classes=["sd-card-title", "sd-font-weight-bold"])
+    link = nodes.reference("", "", refuri=app.builder.get_relative_uri(fromdoc, chapter.docname),
+                           classes=["sd-stretched-link"])
+    link += nodes.Text(heading)
+    title += link
+    body += title
+    body += nodes.paragraph(chapter.thesis, chapter.thesis, classes=["sd-card-text"])
+    box += body
+    column += box
+    return column
+
+
+def on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    for node in list(doctree.findall(chapter_grid)):
+        part = node["part"]
+        members = [c for c in ordered(app.env) if c.docname.startswith(part + "/")]
+        if not members:
+            logger.warning(f"no chapters found under {part!r}", location=node, type="course",
+                           subtype="chapter")
+        row = nodes.container(classes=["sd-row", "sd-row-cols-1", "sd-row-cols-sm-1",
+                                       "sd-row-cols-md-2", "sd-row-cols-lg-2", "sd-g-3"])
+        for chapter in members:
+            row += card(app, docname, chapter)
+        grid = nodes.container(classes=["sd-container-fluid", "sd-sphinx-override", "sd-mb-4",
+                                        "course-chapter-grid"])
+        grid += row
+        node.replace_self(grid)
+
+
+def chapter_list_script(app: Sphinx) -> str:
+    data = [{"docname": c.docname, "number": c.number, "title": c.title,
+             "uri": app.builder.get_target_uri(c.docname)} for c in ordered(app.env)]
+    return "window.COURSE_CHAPTERS = " + json.dumps(data, ensure_ascii=False) + ";\n"
+
+
+def on_build_finished(app: Sphinx, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    static = Path(app.outdir, "_static")
+    static.mkdir(parents=True, exist_ok=True)
+    (static / "course-chapters.js").write_text(chapter_list_script(app), encoding="utf-8")
+
+
+def as_json(env) -> list[dict]:
+    return [asdict(c) for c in ordered(env)]

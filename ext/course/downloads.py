@@ -1,0 +1,65 @@
+"""Chapter downloads: the source (.md) and a Jupyter notebook with the executed outputs.
+
+The notebook comes from jupytext (the chapter already is a MyST-NB text notebook); its code
+cells are filled with the outputs of this build's execution, so it shows what the page shows.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jupytext
+import nbformat
+from sphinx.application import Sphinx
+
+from verified.model import DocResult
+from verified.schedule import result_for
+
+from .chapters import ordered
+
+
+def notebook_outputs(block_result) -> list:
+    outputs = []
+    for output in block_result.outputs:
+        if output.kind in ("stdout", "stderr"):
+            outputs.append(nbformat.v4.new_output("stream", name=output.kind, text=output.text))
+        elif output.kind == "result":
+            outputs.append(nbformat.v4.new_output(
+                "execute_result", data={"text/plain": output.text},
+                execution_count=block_result.index + 1))
+        elif output.kind == "display":
+            outputs.append(nbformat.v4.new_output(
+                "display_data", data={"text/plain": output.text, **output.data}))
+        elif output.kind == "error":
+            ename = block_result.error.ename if block_result.error else "Error"
+            evalue = block_result.error.evalue if block_result.error else ""
+            outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                                  traceback=output.text.splitlines()))
+    for warning in block_result.warnings:
+        outputs.append(nbformat.v4.new_output(
+            "stream", name="stderr", text=f"{warning.category}: {warning.message}\n"))
+    return outputs
+
+
+def make_notebook(source: Path, result: DocResult | None) -> nbformat.NotebookNode:
+    notebook = jupytext.read(source, fmt="md:myst")
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    for cell, block_result in zip(code_cells, result.blocks if result else []):
+        cell.outputs = notebook_outputs(block_result)
+        if block_result.status not in ("skipped", "not-run"):
+            cell.execution_count = block_result.index + 1
+    return notebook
+
+
+def on_build_finished(app: Sphinx, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir, "_downloads", "chapters")
+    for chapter in ordered(app.env):
+        source = Path(app.env.doc2path(chapter.docname))
+        notebook = make_notebook(source, result_for(app, chapter.docname))
+        destination = target / f"{chapter.docname}.ipynb"
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, destination)
+        shutil.copy2(source, target / f"{chapter.docname}.md")
