@@ -29,6 +29,8 @@ html_theme_options = {
     "use_download_button": False,
 }
 html_static_path = ["source/_static"]
+html_favicon = "source/_static/favicon.svg"
+html_context = {"default_mode": "auto"}  # light or dark, following the reader's system
 
 # Copy buttons on code only: never on outputs, captions or prompts.
 copybutton_selector = "div.cell-input pre, div.highlight-python pre"

@@ -12,6 +12,7 @@ its number (``# 01 · Arrays``); its thesis is the first block quote. From that 
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -124,24 +125,18 @@ def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
     return []
 
 
-def card(app: Sphinx, fromdoc: str, chapter: Chapter) -> nodes.Node:
-    """One sphinx-design card: number and title, the thesis, the whole card a link."""
-    column = nodes.container(classes=["sd-col", "sd-d-flex-row"])
-    box = nodes.container(classes=["sd-card", "sd-sphinx-override", "sd-w-100", "sd-shadow-sm",
-                                   "sd-card-hover", "course-chapter-card"])
-    box["data-chapter"] = chapter.docname
-    body = nodes.container(classes=["sd-card-body"])
-    heading = f"ch {chapter.number:02d} · {chapter.title}"
-    title = nodes.paragraph(classes=["sd-card-title", "sd-font-weight-bold"])
-    link = nodes.reference("", "", refuri=app.builder.get_relative_uri(fromdoc, chapter.docname),
-                           classes=["sd-stretched-link"])
-    link += nodes.Text(heading)
-    title += link
-    body += title
-    body += nodes.paragraph(chapter.thesis, chapter.thesis, classes=["sd-card-text"])
-    box += body
-    column += box
-    return column
+def card_html(uri: str, chapter: Chapter) -> str:
+    """One sphinx-design card: number and title, the thesis; the whole card is the link."""
+    heading = html.escape(f"ch {chapter.number:02d} · {chapter.title}")
+    return (
+        '<div class="sd-col sd-d-flex-row">'
+        '<div class="sd-card sd-sphinx-override sd-w-100 sd-shadow-sm sd-card-hover '
+        f'course-chapter-card" data-chapter="{html.escape(chapter.docname)}">'
+        '<div class="sd-card-body">'
+        f'<p class="sd-card-title sd-font-weight-bold"><a class="sd-stretched-link" '
+        f'href="{html.escape(uri)}">{heading}</a></p>'
+        f'<p class="sd-card-text">{html.escape(chapter.thesis)}</p>'
+        "</div></div></div>")
 
 
 def on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> None:
@@ -151,14 +146,12 @@ def on_doctree_resolved(app: Sphinx, doctree: nodes.document, docname: str) -> N
         if not members:
             logger.warning(f"no chapters found under {part!r}", location=node, type="course",
                            subtype="chapter")
-        row = nodes.container(classes=["sd-row", "sd-row-cols-1", "sd-row-cols-sm-1",
-                                       "sd-row-cols-md-2", "sd-row-cols-lg-2", "sd-g-3"])
-        for chapter in members:
-            row += card(app, docname, chapter)
-        grid = nodes.container(classes=["sd-container-fluid", "sd-sphinx-override", "sd-mb-4",
-                                        "course-chapter-grid"])
-        grid += row
-        node.replace_self(grid)
+        cards = "".join(card_html(app.builder.get_relative_uri(docname, c.docname), c)
+                        for c in members)
+        markup = ('<div class="sd-container-fluid sd-sphinx-override sd-mb-4 '
+                  'course-chapter-grid"><div class="sd-row sd-row-cols-1 sd-row-cols-sm-1 '
+                  f'sd-row-cols-md-2 sd-row-cols-lg-2 sd-g-3">{cards}</div></div>')
+        node.replace_self(nodes.raw("", markup, format="html"))
 
 
 def chapter_list_script(app: Sphinx) -> str:

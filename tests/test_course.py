@@ -1,0 +1,160 @@
+"""Course features: chapters as data, assigned reading and its coverage check, the API role,
+the generated verification statement, the "Down the stack" aside, and notebook downloads."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from course.downloads import make_notebook
+from course.landing import verification_statement
+from course.readings import load_registry
+from verified.model import (BlockResult, DocResult, Environment, ErrorInfo, Output,
+                            WarningRecord)
+from verified.record import Record
+
+
+def test_registry_covers_the_official_series():
+    registry = load_registry(str(__import__("course.readings").readings.DEFAULT_REGISTRY))
+    required = [p for p in registry.pages.values() if p.required]
+    assert {p.level for p in required} == {"101", "201", "301", "Sharp Bits"}
+    assert len(required) == 33
+    jit = registry.pages["201/jit"]
+    assert jit.url == "https://docs.jax.dev/en/latest/201/jit.html" and jit.line > 0
+    assert registry.pages["the-training-cookbook"].required is False
+
+
+def test_warnings_are_located(site):
+    build = site("course").build()
+    lines = build.warning_lines()
+    assert lines == [
+        "part1/02-two.md:5: WARNING: unknown official page 'nosuch/page'; known pages are listed in readings.yaml [course.reading]",
+        "part1/02-two.md:9: WARNING: assigned reading 'b/extra' says nothing about what to read it for [course.reading]",
+        "readings.yaml:4: WARNING: official page 'a/two' (Page two) is not assigned in any chapter [course.coverage]",
+        "part1/01-one.md:9: WARNING: 'jax.tree_map' is not an API of the installed JAX [course.api]",
+    ]
+
+
+def test_full_coverage_gives_no_coverage_warning(site):
+    copy = site("course")
+    copy.edit("part1/02-two.md", "```{reading} nosuch/page", "```{reading} a/two")
+    lines = copy.build().warning_lines()
+    assert not any("course.coverage" in line for line in lines)
+    assert not any("nosuch" in line for line in lines)
+
+
+def test_coverage_check_can_be_switched_off(site):
+    build = site("course").build(confoverrides={"course_require_all_readings": False})
+    assert not any("course.coverage" in line for line in build.warning_lines())
+
+
+def test_assigned_reading_box_and_api_links(site):
+    page = site("course").build().html("part1/01-one")
+    assert re.search(r'<div class="assigned-reading admonition">\s*<p class="admonition-title">'
+                     r'Assigned reading</p>\s*<p class="assigned-reading-page"><a class="reference '
+                     r'external" href="https://docs.example.org/a/one.html"><strong>Page one</strong>'
+                     r'</a> · JAX 101</p>\s*<p>Read it for the first idea.</p>', page)
+    assert 'href="https://docs.jax.dev/en/latest/_autosummary/jax.jit.html"' in page
+    assert ('href="https://docs.jax.dev/en/latest/jax.sharding.html#jax.sharding.NamedSharding"'
+            in page)
+
+
+def test_chapter_cards_and_reading_map(site):
+    build = site("course").build()
+    index = build.html()
+    cards = re.findall(r'data-chapter="(part1/0\d-\w+)"><div class="sd-card-body"><p '
+                       r'class="sd-card-title sd-font-weight-bold"><a class="sd-stretched-link" '
+                       r'href="([^"]+)">([^<]+)</a></p><p class="sd-card-text">([^<]+)</p>', index)
+    assert cards == [
+        ("part1/01-one", "part1/01-one.html", "ch 01 · One", "The first thesis, in one sentence."),
+        ("part1/02-two", "part1/02-two.html", "ch 02 · Two", "The second thesis."),
+    ]
+    chapters = (build.outdir / "_static" / "course-chapters.js").read_text()
+    data = json.loads(chapters.removeprefix("window.COURSE_CHAPTERS = ").rstrip(";\n"))
+    assert [(c["docname"], c["uri"]) for c in data] == [
+        ("part1/01-one", "part1/01-one.html"), ("part1/02-two", "part1/02-two.html")]
+    table = build.html("map")
+    assert re.search(r'Page one</a></p></td>\s*<td><p><a class="reference external" '
+                     r'href="part1/01-one.html">01 One</a></p>', table)
+    assert "required, not yet assigned" in table
+    assert re.search(r'An extra page</a></p></td>\s*<td><p><a class="reference external" '
+                     r'href="part1/02-two.html">02 Two</a>', table)
+
+
+def test_chapter_page_has_progress_control_and_downloads(site):
+    build = site("course").build()
+    page = build.html("part1/01-one")
+    assert ('<div class="course-progress-control" data-chapter="part1/01-one" hidden></div>'
+            in page)
+    assert 'href="../_downloads/chapters/part1/01-one.ipynb"' in page
+    notebook = nbformat.read(build.outdir / "_downloads/chapters/part1/01-one.ipynb", 4)
+    nbformat.validate(notebook)
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code"]
+    assert cell.source == 'print("one")'
+    assert cell.outputs == [nbformat.v4.new_output("stream", name="stdout", text="one\n")]
+    assert (build.outdir / "_downloads/chapters/part1/01-one.md").read_text().startswith("# 01 · One")
+
+
+def test_a_chapter_without_a_thesis_is_a_warning(site):
+    copy = site("course")
+    copy.edit("part1/02-two.md", "> The second thesis.", "The second thesis.")
+    assert ("part1/02-two.md:1: WARNING: a chapter page needs a title '# NN · Title' and its "
+            "thesis as the first block quote [course.chapter]") in copy.build().warning_lines()
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("", "The kernel path, the sibling course, teaches this layer."),
+    ("https://kernels.example.org/", 'href="https://kernels.example.org/fusion.html"'),
+])
+def test_down_the_stack_links_only_when_configured(site, url, expected):
+    page = site("course").build(confoverrides={"course_kernel_path_url": url}).html("part1/01-one")
+    assert "XLA fuses these two operations." in page and expected in page
+    if not url:
+        assert "kernel path teaches this layer with its own hands" not in page
+
+
+ENV = Environment(python="3.11.7", jax="0.10.2", jaxlib="0.10.2", backend="cpu",
+                  device_count=1, cpu_count=2, platform="linux-x86_64", date="2026-12-02")
+
+
+def test_verification_statement_is_made_from_the_record():
+    records = [Record("a", ENV, []), Record("b", Environment(**{**vars(ENV), "device_count": 8,
+                                                                "date": "2026-12-03"}), [])]
+    assert verification_statement(records, 8) == (
+        "Every snippet ran before it was printed (jax 0.10.2 on CPU, 2 cores, 2026-12-02 to "
+        "2026-12-03; eight host devices for the sharding chapter), and printed outputs are real "
+        "outputs. Where the current API differs from the verified one, the caption says so.")
+    assert "no page has been verified yet" in verification_statement([], None)
+
+
+def test_verification_statement_follows_the_record(site):
+    copy = site("course")
+    before = copy.build().html()
+    assert "no page has been verified yet" in before
+    copy.build("record", fresh=True)
+    after = copy.build().html()
+    assert re.search(r"Every snippet ran before it was printed \(Python 3\.11\.\d+, \d+ cores?, "
+                     r"\d{4}-\d\d-\d\d\)", after)
+
+
+def test_notebook_outputs_of_every_kind(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n```{code-cell} python\nx\n```\n\n```{code-cell} python\ny\n```\n")
+    result = DocResult("page", "k", ENV, [
+        BlockResult(0, "ran", 0.1, [Output("stdout", "out\n"), Output("result", "42"),
+                                    Output("display", "<Figure>", {"image/png": "iVBOR"})],
+                    [WarningRecord("DeprecationWarning", "old")]),
+        BlockResult(1, "expected-error", 0.1, [Output("error", "Traceback\nNameError: y")], [],
+                    ErrorInfo("NameError", "y", "Traceback\nNameError: y")),
+    ])
+    notebook = make_notebook(page, result)
+    nbformat.validate(notebook)
+    first, second = [c for c in notebook.cells if c.cell_type == "code"]
+    assert [o.output_type for o in first.outputs] == ["stream", "execute_result", "display_data",
+                                                       "stream"]
+    assert first.outputs[2].data["image/png"] == "iVBOR"
+    assert first.outputs[3].text == "DeprecationWarning: old\n"
+    assert second.outputs[0].ename == "NameError" and second.execution_count == 2
