@@ -137,3 +137,13 @@ def test_cells_shown_as_text_in_code_fences_are_not_cells():
     text = "````md\n```{code-cell} python\nprint('an example')\n```\n````\n"
     found = collect("page", "page.md", text=text)
     assert found.problems == [] and found.job.blocks == ()
+
+
+def test_options_must_read_as_yaml_for_jupytext():
+    text = "```{code-cell} python\n:predict: Does f(x: int) trace?\n\nf(1)\n```\n"
+    found = collect("page", "page.md", text=text)
+    assert found.job.blocks == ()
+    assert [(p.line, p.subtype, p.reported) for p in found.problems] == [(2, "option", False)]
+    quoted = text.replace("Does f(x: int) trace?", "'Does f(x: int) trace?'")
+    found = collect("page", "page.md", text=quoted)
+    assert found.problems == [] and found.job.blocks[0].predict == "Does f(x: int) trace?"

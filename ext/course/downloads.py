@@ -12,11 +12,14 @@ from pathlib import Path
 import jupytext
 import nbformat
 from sphinx.application import Sphinx
+from sphinx.util import logging
 
 from verified.model import DocResult
 from verified.schedule import result_for
 
 from .chapters import ordered
+
+logger = logging.getLogger(__name__)
 
 
 def notebook_outputs(block_result) -> list:
@@ -58,7 +61,12 @@ def on_build_finished(app: Sphinx, exception) -> None:
     target = Path(app.outdir, "_downloads", "chapters")
     for chapter in ordered(app.env):
         source = Path(app.env.doc2path(chapter.docname))
-        notebook = make_notebook(source, result_for(app, chapter.docname))
+        try:
+            notebook = make_notebook(source, result_for(app, chapter.docname))
+        except Exception as err:  # jupytext refuses the page: say where, build the rest
+            logger.warning(f"no notebook download: jupytext cannot read the page: {err}",
+                           location=(chapter.docname, 1), type="course", subtype="download")
+            continue
         destination = target / f"{chapter.docname}.ipynb"
         destination.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, destination)

@@ -106,6 +106,14 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
             problems.extend(Problem(w.lineno or line, f"invalid code-cell: {w.msg}", "option",
                                     reported=True) for w in parsed.warnings)
             continue
+        as_yaml = parse_directive_text(CodeCellDirective, first_line, token.content, line=line,
+                                       validate_options=False)
+        if as_yaml.warnings:
+            problems.append(Problem(
+                as_yaml.warnings[0].lineno or line,
+                "code-cell options must also read as YAML, as jupytext and MyST-NB read them "
+                "(quote a value that contains ': ')", "option"))
+            continue
         if parsed.arguments and parsed.arguments[0] not in LANGUAGES:
             problems.append(Problem(line, "code-cell language is not Python", "option",
                                     reported=True))

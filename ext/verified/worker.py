@@ -18,6 +18,7 @@ import json
 import linecache
 import os
 import platform
+import re
 import sys
 import time
 import traceback
@@ -25,6 +26,8 @@ import warnings
 from typing import Any
 
 IMAGE_DPI = 110
+# Terminal colour codes (JAX colours a jaxpr's repr): a page shows plain text.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _open_events(fd: int):
@@ -195,11 +198,11 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
 
     outputs: list[dict[str, Any]] = []
     if stdout:
-        outputs.append({"kind": "stdout", "text": stdout, "data": {}})
+        outputs.append({"kind": "stdout", "text": ANSI_ESCAPE.sub("", stdout), "data": {}})
     if stderr:
-        outputs.append({"kind": "stderr", "text": stderr, "data": {}})
+        outputs.append({"kind": "stderr", "text": ANSI_ESCAPE.sub("", stderr), "data": {}})
     for kind, data in sink:
-        text = data.pop("text/plain", "")
+        text = ANSI_ESCAPE.sub("", data.pop("text/plain", ""))
         kept = {mime: value for mime, value in data.items() if mime == "image/png"}
         outputs.append({"kind": kind, "text": text, "data": kept})
 
@@ -218,6 +221,7 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     raises = block.get("raises")
     status, failure = "ran", None
     if error is not None:
+        error["traceback"] = ANSI_ESCAPE.sub("", error["traceback"])
         outputs.append({"kind": "error", "text": error["traceback"], "data": {}})
         if raises is not None and _matches(raises, error["mro"]):
             status = "expected-error"
