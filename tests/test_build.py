@@ -56,7 +56,9 @@ def test_expected_errors_are_shown(site):
 
 def test_predict_hides_the_output_behind_a_reveal(site):
     page = site("basic").build().html()
-    match = re.search(r'<p class="cell-predict-prompt">What does this print\?</p>\s*'
+    match = re.search(r'<p class="cell-predict-prompt">What does <code class="docutils literal '
+                      r'notranslate"><span class="pre">print\(counter</span> <span class="pre">\*'
+                      r'</span> <span class="pre">2\)</span></code> print\?</p>\s*'
                       r'<details class="cell-reveal predict"><summary>Reveal the output</summary>'
                       r'(.*?)</details>', page, re.S)
     assert match and "84" in match.group(1)

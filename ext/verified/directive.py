@@ -20,6 +20,8 @@ from sphinx.util.docutils import SphinxDirective
 
 from .record import normalizer_names
 
+DEFAULT_PREDICT_PROMPT = "Predict the output, then reveal it."
+
 LANGUAGES = ("python", "python3", "ipython", "ipython3")
 
 # MyST-NB's cell tags that this extension honours.
@@ -121,6 +123,11 @@ class CodeCellDirective(SphinxDirective):
         node["source"] = "\n".join(self.content)
         node["fence_line"] = self.lineno
         self.set_source_info(node)
+        if "predict" in self.options:
+            text = self.options["predict"] or DEFAULT_PREDICT_PROMPT
+            inline, messages = self.parse_inline(text, lineno=self.lineno)
+            node += nodes.paragraph(text, "", *inline)
+            node += messages
         return [node]
 
     def _invalid(self, message: str) -> list[nodes.Node]:

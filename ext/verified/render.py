@@ -24,7 +24,6 @@ from .model import (
 from .record import Comparison, RecordedBlock
 
 API_NOTE_CATEGORIES = ("DeprecationWarning", "FutureWarning", "PendingDeprecationWarning")
-DEFAULT_PREDICT_PROMPT = "Predict the output, then reveal it."
 
 
 class reveal(nodes.General, nodes.Element):
@@ -126,8 +125,10 @@ def _api_notes(result: BlockResult) -> list[str]:
 
 
 def render_block(block: Block, result: BlockResult, live_env: Environment,
-                 verification: Verification) -> nodes.container:
-    """The whole cell: input, outputs, warnings, caption; tags decide what shows."""
+                 verification: Verification,
+                 prompt: nodes.paragraph | None = None) -> nodes.container:
+    """The whole cell: input, outputs, warnings, caption; tags decide what shows.
+    ``prompt`` is the predict prompt as parsed by the directive (inline markup kept)."""
     tags = set(block.tags)
     cell = nodes.container(classes=["cell", f"cell-{result.status}"])
     if "remove-cell" in tags:
@@ -179,8 +180,10 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
         body += verified
 
     if block.predict is not None:
-        prompt = block.predict or DEFAULT_PREDICT_PROMPT
-        cell += nodes.paragraph(prompt, prompt, classes=["cell-predict-prompt"])
+        if prompt is None:
+            prompt = nodes.paragraph(block.predict, block.predict)
+        prompt["classes"].append("cell-predict-prompt")
+        cell += prompt
         hidden = reveal(summary="Reveal the output", classes=["predict"])
         hidden += body
         cell += hidden

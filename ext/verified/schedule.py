@@ -181,8 +181,9 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
             logger.error(failure_report(block, block_result), location=node,
                          type="verified", subtype="block-failed")
         verification = _verify(build, docname, block, block_result)
+        prompt = next(iter(node.findall(nodes.paragraph)), None)
         node.replace_self(render_block(block, block_result, result.environment,
-                                       verification))
+                                       verification, prompt))
 
 
 def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
