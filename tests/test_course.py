@@ -67,9 +67,9 @@ def test_chapter_cards_and_reading_map(site):
     index = build.html()
     cards = re.findall(r'data-chapter="(part1/0\d-\w+)"><div class="sd-card-body"><p '
                        r'class="sd-card-title sd-font-weight-bold"><a class="sd-stretched-link" '
-                       r'href="([^"]+)">([^<]+)</a></p><p class="sd-card-text">([^<]+)</p>', index)
+                       r'href="([^"]+)">([^<]+)</a></p><p class="sd-card-text">(.+?)</p>', index)
     assert cards == [
-        ("part1/01-one", "part1/01-one.html", "ch 01 · One", "The first thesis, in one sentence."),
+        ("part1/01-one", "part1/01-one.html", "ch 01 · One", "The first thesis, in one <code>sentence</code>."),
         ("part1/02-two", "part1/02-two.html", "ch 02 · Two", "The second thesis."),
     ]
     chapters = (build.outdir / "_static" / "course-chapters.js").read_text()

@@ -34,6 +34,20 @@ class Chapter:
     number: int
     title: str
     thesis: str
+    thesis_code: tuple[str, ...] = ()  # the thesis's inline-code spans, shown as code
+
+
+def code_spans(node: nodes.Node) -> tuple[str, ...]:
+    return tuple(literal.astext() for literal in node.findall(nodes.literal))
+
+
+def thesis_html(chapter: Chapter) -> str:
+    """The thesis, escaped, with its inline-code spans as ``<code>``."""
+    markup = html.escape(chapter.thesis)
+    for span in chapter.thesis_code:
+        escaped = html.escape(span)
+        markup = markup.replace(escaped, f"<code>{escaped}</code>", 1)
+    return markup
 
 
 class chapter_grid(nodes.General, nodes.Element):
@@ -87,7 +101,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                        "block quote", location=(docname, 1), type="course", subtype="chapter")
         return
     chapters(env)[docname] = Chapter(docname, int(match.group(1)), match.group(2).strip(),
-                                     quote.astext().strip())
+                                     quote.astext().strip(), code_spans(quote))
     control = nodes.raw("", f'<div class="course-progress-control" data-chapter="{docname}" '
                             f'hidden></div>', format="html")
     downloads = nodes.paragraph(classes=["course-downloads"])
@@ -135,7 +149,7 @@ def card_html(uri: str, chapter: Chapter) -> str:
         '<div class="sd-card-body">'
         f'<p class="sd-card-title sd-font-weight-bold"><a class="sd-stretched-link" '
         f'href="{html.escape(uri)}">{heading}</a></p>'
-        f'<p class="sd-card-text">{html.escape(chapter.thesis)}</p>'
+        f'<p class="sd-card-text">{thesis_html(chapter)}</p>'
         "</div></div></div>")
 
 
