@@ -154,3 +154,12 @@ def test_page_environment_variables_and_environment():
     assert kinds(result.blocks[0]) == [("stdout", "set 3\n")]
     assert result.environment.jax is None  # the page never imported JAX
     assert result.environment.cpu_count and result.environment.date
+
+
+def test_interpreter_that_never_starts(monkeypatch):
+    import verified.execute as execute
+
+    monkeypatch.setattr(execute, "STARTUP_LIMIT", 0.001)
+    result = run("print('never')", "print('never either')")
+    assert result.blocks[0].failure == "the interpreter did not start within 0.001 s"
+    assert result.blocks[1].status == "not-run"

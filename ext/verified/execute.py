@@ -31,6 +31,7 @@ from .model import (
 )
 
 WORKER = Path(__file__).with_name("worker.py")
+STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
 
 
 def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict[str, str]:
@@ -131,8 +132,10 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
     results: list[BlockResult] = []
     environment: Environment | None = None
     running: int | None = None
-    deadline = float("inf")
-    budget_deadline = (time.monotonic() + job.settings.budget) if job.settings.budget else float("inf")
+    # Each limit is (deadline, what it means); the earliest one that passes ends the run.
+    # The start-up limit holds until the first block starts; the budget counts from there.
+    limits = {"startup": (time.monotonic() + STARTUP_LIMIT,
+                          f"the interpreter did not start within {STARTUP_LIMIT:g} s")}
     failure: str | None = None
 
     selector = selectors.DefaultSelector()
@@ -143,15 +146,11 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
     try:
         while not finished:
             now = time.monotonic()
-            limit = min(deadline, budget_deadline)
-            if now >= limit:
-                what = ("the document's time budget" if budget_deadline <= deadline
-                        else "the block's time limit")
-                seconds = (job.settings.budget if budget_deadline <= deadline
-                           else _timeout_for(blocks_by_index[running], job, default_timeout))
-                failure = f"timed out after {seconds:g} s ({what})"
+            deadline, meaning = min(limits.values(), default=(float("inf"), ""))
+            if now >= deadline:
+                failure = meaning
                 break
-            ready = selector.select(timeout=None if limit == float("inf") else limit - now)
+            ready = selector.select(timeout=None if deadline == float("inf") else deadline - now)
             if not ready:
                 continue
             chunk = os.read(read_fd, 65536)
@@ -164,11 +163,18 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
                 kind = message["event"]
                 if kind == "start":
                     running = message["index"]
+                    now = time.monotonic()
+                    if limits.pop("startup", None) and job.settings.budget:
+                        limits["budget"] = (now + job.settings.budget,
+                                            f"timed out after {job.settings.budget:g} s "
+                                            f"(the document's time budget)")
                     timeout = _timeout_for(blocks_by_index[running], job, default_timeout)
-                    deadline = time.monotonic() + timeout
+                    limits["block"] = (now + timeout,
+                                       f"timed out after {timeout:g} s (the block's time limit)")
                 elif kind == "block":
                     results.append(block_result_from_json(message["result"]))
-                    running, deadline = None, float("inf")
+                    running = None
+                    limits.pop("block", None)
                 elif kind == "environment":
                     environment = Environment(**message["environment"])
                 elif kind == "done":
