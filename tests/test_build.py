@@ -102,7 +102,7 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
     assert build.app.statuscode == 1
     assert error_heads(build) == [
         "badlanguage.md:3: ERROR: code-cell language must be one of python, python3, ipython, ipython3, not 'rust' [verified.option]",
-        "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, ids, paths [verified.option]",
+        "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, ids, paths, xla-log [verified.option]",
         "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",
         "badraises.md:4: WARNING: 'code-cell': Invalid option value for 'raises': not a name: expected an exception type name, got 'not a name' [myst.directive_option]",
         "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",

@@ -108,3 +108,9 @@ def test_builtin_normalisers():
     assert normalize("<object at 0x7f3a2b1c>", ("addresses",), {}) == "<object at 0x…>"
     assert normalize("[0.12345678 2.0000001]", ("floats",), {}) == "[0.1235 2]"
     assert normalize("x", ("mine",), {"mine": (("x", "y"),)}) == "y"
+
+
+def test_ids_and_xla_log_normalisers():
+    assert normalize("<list 139750119013440> at 1.5", ("ids",), {}) == "<list <id>> at 1.5"
+    line = "E1202 18:37:27.331861  123456 common_pjrt_client.cc:1622] Execution failed"
+    assert normalize(line, ("xla-log",), {}) == "<log> common_pjrt_client.cc:1622] Execution failed"

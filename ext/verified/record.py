@@ -27,6 +27,8 @@ def _round_floats(text: str) -> str:
 # Built-in normalisers; conf.py's ``verified_normalizers`` adds regex ones by name.
 BUILTIN_NORMALIZERS: dict[str, Callable[[str], str]] = {
     "addresses": lambda text: re.sub(r"0x[0-9a-fA-F]{4,}", "0x…", text),
+    # The prefix of XLA's C++ log lines: severity, date, time, thread id.
+    "xla-log": lambda text: re.sub(r"(?m)^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ", "<log> ", text),
     # Python object ids printed in decimal (e.g. by JAX's leak checker).
     "ids": lambda text: re.sub(r"(?<![\d.])\d{12,}(?![\d.])", "<id>", text),
     "floats": _round_floats,
