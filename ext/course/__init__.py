@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sphinx.application import Sphinx
 
-from . import api, chapters, downloads, landing, readings
+from . import api, chapters, downloads, landing, pagedata, readings
 
 CONFIG = {
     # name: (default, types)
@@ -34,9 +34,8 @@ def setup(app: Sphinx) -> dict:
     app.add_role("api", api.ApiRole())
     app.add_node(chapters.chapter_grid)
     app.add_node(readings.reading_map)
-    for module in (readings, api, chapters):
-        app.connect("env-purge-doc", module.on_env_purge_doc)
-        app.connect("env-merge-info", module.on_env_merge_info)
+    app.connect("env-purge-doc", pagedata.on_env_purge_doc)
+    app.connect("env-merge-info", pagedata.on_env_merge_info)
     app.connect("builder-inited", readings.on_builder_inited)
     app.connect("env-check-consistency", readings.on_env_check_consistency)
     app.connect("env-check-consistency", api.on_env_check_consistency)
@@ -52,4 +51,4 @@ def setup(app: Sphinx) -> dict:
     app.add_js_file("course-chapters.js")
     app.add_js_file("progress.js")
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True,
-            "env_version": 2}
+            "env_version": 3}

@@ -12,6 +12,8 @@ from docutils import nodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
+from .pagedata import page_data
+
 logger = logging.getLogger(__name__)
 
 BASE_URL = "https://docs.jax.dev/en/latest/"
@@ -50,8 +52,7 @@ class ApiRole(SphinxRole):
     def run(self):
         name = self.text.strip()
         display = name
-        refs = self.env.course_api_refs = getattr(self.env, "course_api_refs", {})
-        refs.setdefault(self.env.docname, []).append((name, self.lineno))
+        api_refs(self.env).setdefault(self.env.docname, []).append((name, self.lineno))
         link = nodes.reference("", "", refuri=api_url(name), internal=False,
                                classes=["api-link"])
         link += nodes.literal(display, display)
@@ -59,18 +60,7 @@ class ApiRole(SphinxRole):
 
 
 def api_refs(env) -> dict[str, list[tuple[str, int]]]:
-    return getattr(env, "course_api_refs", {})
-
-
-def on_env_purge_doc(app, env, docname) -> None:
-    api_refs(env).pop(docname, None)
-
-
-def on_env_merge_info(app, env, docnames, other) -> None:
-    merged = env.course_api_refs = api_refs(env)
-    for docname in docnames:
-        if docname in api_refs(other):
-            merged[docname] = api_refs(other)[docname]
+    return page_data(env, "course_api_refs")
 
 
 def on_env_before_read_docs(app, env, docnames) -> None:

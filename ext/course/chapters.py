@@ -23,6 +23,8 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from .pagedata import page_data
+
 logger = logging.getLogger(__name__)
 
 TITLE = re.compile(r"^(\d+)\s*·\s*(.+)$")
@@ -60,21 +62,17 @@ class ChapterGridDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         node = chapter_grid(part=self.arguments[0].strip())
         self.set_source_info(node)
-        aggregate_pages(self.env).add(self.env.docname)
+        aggregate_pages(self.env)[self.env.docname] = True
         return [node]
 
 
 def chapters(env) -> dict[str, Chapter]:
-    if not hasattr(env, "course_chapters"):
-        env.course_chapters = {}
-    return env.course_chapters
+    return page_data(env, "course_chapters")
 
 
-def aggregate_pages(env) -> set[str]:
+def aggregate_pages(env) -> dict[str, bool]:
     """Pages whose content is made from other pages (re-read when any page changes)."""
-    if not hasattr(env, "course_aggregate_pages"):
-        env.course_aggregate_pages = set()
-    return env.course_aggregate_pages
+    return page_data(env, "course_aggregate_pages")
 
 
 def ordered(env) -> list[Chapter]:
@@ -120,22 +118,9 @@ def download_uri(docname: str, suffix: str) -> str:
     return "../" * depth + f"_downloads/chapters/{docname}.{suffix}"
 
 
-def on_env_purge_doc(app, env, docname) -> None:
-    chapters(env).pop(docname, None)
-    aggregate_pages(env).discard(docname)
-
-
-def on_env_merge_info(app, env, docnames, other) -> None:
-    for docname in docnames:
-        if docname in chapters(other):
-            chapters(env)[docname] = chapters(other)[docname]
-        if docname in aggregate_pages(other):
-            aggregate_pages(env).add(docname)
-
-
 def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
     if added or changed or removed:
-        return sorted(aggregate_pages(env) - set(added) - set(changed))
+        return sorted(set(aggregate_pages(env)) - set(added) - set(changed))
     return []
 
 

@@ -59,7 +59,7 @@ class VerificationStatementDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         record_dir = state(self).config.record_dir
-        aggregate_pages(self.env).add(self.env.docname)
+        aggregate_pages(self.env)[self.env.docname] = True
         records = []
         self.env.course_record_listing = record_listing(record_dir)
         for docname in self.env.course_record_listing:

@@ -21,6 +21,8 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from .pagedata import page_data
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_REGISTRY = Path(__file__).with_name("readings.yaml")
@@ -93,9 +95,7 @@ class ReadingDirective(SphinxDirective):
             logger.warning(f"assigned reading {key!r} says nothing about what to read it for",
                            location=(self.env.docname, self.lineno), type="course",
                            subtype="reading")
-        assignments = self.env.course_reading_assignments = getattr(
-            self.env, "course_reading_assignments", {})
-        assignments.setdefault(self.env.docname, []).append(key)
+        assignments(self.env).setdefault(self.env.docname, []).append(key)
 
         box = nodes.admonition(classes=["assigned-reading"])
         box += nodes.title("Assigned reading", "Assigned reading")
@@ -112,18 +112,7 @@ class ReadingDirective(SphinxDirective):
 
 
 def assignments(env) -> dict[str, list[str]]:
-    return getattr(env, "course_reading_assignments", {})
-
-
-def on_env_purge_doc(app, env, docname) -> None:
-    assignments(env).pop(docname, None)
-
-
-def on_env_merge_info(app, env, docnames, other) -> None:
-    merged = env.course_reading_assignments = assignments(env)
-    for docname in docnames:
-        if docname in assignments(other):
-            merged[docname] = assignments(other)[docname]
+    return page_data(env, "course_reading_assignments")
 
 
 def chapters_assigning(env) -> dict[str, list[str]]:
@@ -157,7 +146,7 @@ class ReadingMapDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from .chapters import aggregate_pages
 
-        aggregate_pages(self.env).add(self.env.docname)
+        aggregate_pages(self.env)[self.env.docname] = True
         node = reading_map()
         self.set_source_info(node)
         return [node]

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from docutils import nodes
 
 from .model import (
-    EXPECTED_ERROR,
     FAILED,
     NOT_RUN,
     SKIPPED,
@@ -138,12 +137,7 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
         code = _literal(block.source, ["cell-code"], language="python")
         code_box = nodes.container(classes=["cell-input"])
         code_box += code
-        if "hide-input" in tags:
-            hidden = reveal(summary="Show code", classes=["hide-input"])
-            hidden += code_box
-            cell += hidden
-        else:
-            cell += code_box
+        cell += _folded("Show code", "hide-input", code_box) if "hide-input" in tags else code_box
 
     if result.status == SKIPPED:
         note = "Not executed (skip-execution)."
@@ -174,26 +168,26 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
         caption += nodes.inline(note, note, classes=["cell-api-note"])
     body += caption
     if verification.comparison.verdict == "differs" and verification.recorded:
-        verified = reveal(summary="Show the verified output", classes=["cell-verified"])
-        for child in _output_nodes(verification.recorded.outputs, "remove-stderr" in tags):
-            verified += child
-        body += verified
+        body += _folded("Show the verified output", "cell-verified",
+                        *_output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
 
     if block.predict is not None:
         if prompt is None:
             prompt = nodes.paragraph(block.predict, block.predict)
         prompt["classes"].append("cell-predict-prompt")
         cell += prompt
-        hidden = reveal(summary="Reveal the output", classes=["predict"])
-        hidden += body
-        cell += hidden
+        cell += _folded("Reveal the output", "predict", body)
     elif "hide-output" in tags:
-        hidden = reveal(summary="Show output", classes=["hide-output"])
-        hidden += body
-        cell += hidden
+        cell += _folded("Show output", "hide-output", body)
     else:
         cell += body
     return cell
+
+
+def _folded(summary: str, kind: str, *content: nodes.Node) -> reveal:
+    folded = reveal(summary=summary, classes=[kind])
+    folded.extend(content)
+    return folded
 
 
 def failure_report(block: Block, result: BlockResult) -> str:
@@ -206,7 +200,3 @@ def failure_report(block: Block, result: BlockResult) -> str:
     for output in captured:
         lines.append(f"--- captured {output.kind} ---\n{output.text.rstrip()}")
     return "\n".join(lines)
-
-
-def is_error_status(status: str) -> bool:
-    return status in (FAILED, EXPECTED_ERROR)
