@@ -32,6 +32,10 @@ from .model import (
 
 WORKER = Path(__file__).with_name("worker.py")
 STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
+# Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
+# and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.
+HOST_COLLECTIVE_FLAGS = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=600",
+                         "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
 
 
 def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict[str, str]:
@@ -42,8 +46,8 @@ def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict
     if job.settings.host_devices:
         count = str(job.settings.host_devices)
         env["JAX_NUM_CPU_DEVICES"] = count
-        flag = f"--xla_force_host_platform_device_count={count}"
-        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), flag]))
+        flags = [f"--xla_force_host_platform_device_count={count}", *HOST_COLLECTIVE_FLAGS]
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), *flags]))
     env["IPYTHONDIR"] = ipython_dir
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
