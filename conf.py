@@ -39,8 +39,8 @@ copybutton_selector = "div.cell-input pre, div.highlight-python pre"
 verified_env = {"JAX_PLATFORMS": "cpu"}
 verified_timeout = 300
 
-# Until all twelve chapters are written, not every official page can be assigned yet.
-course_require_all_readings = False
+# Every page of JAX 101, 201 and 301 and the Sharp Bits must be assigned in some chapter.
+course_require_all_readings = True
 # The verification statement names the device count of the sharding chapter's record.
 course_sharding_chapter = "part2/10-sharding"
 # The sibling course ("the kernel path"); unset, "Down the stack" asides render without a link.
