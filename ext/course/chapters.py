@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from docutils import nodes
@@ -166,6 +166,3 @@ def on_build_finished(app: Sphinx, exception) -> None:
     static.mkdir(parents=True, exist_ok=True)
     (static / "course-chapters.js").write_text(chapter_list_script(app), encoding="utf-8")
 
-
-def as_json(env) -> list[dict]:
-    return [asdict(c) for c in ordered(env)]

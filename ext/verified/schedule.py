@@ -46,7 +46,15 @@ class BuildState:
     results: dict[str, DocResult] = field(default_factory=dict)
     executed: set[str] = field(default_factory=set)
     records: dict[str, Record | None] = field(default_factory=dict)
+    cache_reads: dict[str, DocResult | None] = field(default_factory=dict)
     comparison_failed: bool = False  # set by the doctest builder
+
+    def cached(self, found: Collected) -> DocResult | None:
+        """The cache entry for a page's current key, read (and checksummed) once per build."""
+        docname = found.job.docname
+        if docname not in self.cache_reads:
+            self.cache_reads[docname] = self.cache.load(docname, found.job.key)
+        return self.cache_reads[docname]
 
     def record_for(self, docname: str) -> Record | None:
         if docname not in self.records:
@@ -106,7 +114,7 @@ def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
         if found is None or not (found.job.blocks or found.problems):
             continue
         if (found.problems or stamps.get(docname) != _read_stamp(build, found)
-                or build.cache.load(docname, found.job.key) is None):
+                or build.cached(found) is None):
             outdated.append(docname)
     return outdated
 
@@ -123,7 +131,7 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         env.verified_stamps[docname] = _read_stamp(build, found)
         if found.problems:
             continue  # reported, located, when the page is read
-        cached = None if build.fresh else build.cache.load(docname, found.job.key)
+        cached = None if build.fresh else build.cached(found)
         if cached is not None:
             build.results[docname] = cached
         else:
@@ -200,7 +208,7 @@ def result_for(app: Sphinx, docname: str) -> DocResult | None:
     if docname in build.results:
         return build.results[docname]
     found = build.collected.get(docname)
-    return build.cache.load(docname, found.job.key) if found and found.job.blocks else None
+    return build.cached(found) if found and found.job.blocks else None
 
 
 def block_statuses(app: Sphinx) -> list[dict]:
@@ -214,7 +222,7 @@ def block_statuses(app: Sphinx) -> list[dict]:
         result = build.results.get(docname)
         executed = docname in build.executed
         if result is None and not found.problems:
-            result = build.cache.load(docname, found.job.key)
+            result = build.cached(found)
         for problem in found.problems:
             rows.append({"document": _relative(found.job.path, app.srcdir), "docname": docname,
                          "line": problem.line, "status": FAILED, "duration": 0.0,
