@@ -128,6 +128,10 @@ def test_verification_statement_is_made_from_the_record():
         "2026-12-03; eight host devices for the sharding chapter), and printed outputs are real "
         "outputs. Where the current API differs from the verified one, the caption says so.")
     assert "no page has been verified yet" in verification_statement([], None)
+    machine = {"cpu_model": "AMD EPYC", "isa": "AVX2", "cores": 2}
+    on_one = [Record(name, Environment(**{**vars(ENV), **machine}), []) for name in "ab"]
+    assert "(jax 0.10.2 on CPU, AMD EPYC (AVX2, 2 cores), 2026-12-02)" in \
+        verification_statement(on_one, None)
 
 
 def test_verification_statement_follows_the_record(site):
@@ -136,8 +140,8 @@ def test_verification_statement_follows_the_record(site):
     assert "no page has been verified yet" in before
     copy.build("record", fresh=True)
     after = copy.build().html()
-    assert re.search(r"Every snippet ran before it was printed \(Python 3\.11\.\d+, \d+ cores?, "
-                     r"\d{4}-\d\d-\d\d\)", after)
+    assert re.search(r"Every snippet ran before it was printed \(Python 3\.11\.\d+, "
+                     r"[^()]+ \((AVX\w*|SSE4_2), \d+ cores?\), \d{4}-\d\d-\d\d\)", after)
 
 
 def test_notebook_outputs_of_every_kind(tmp_path):

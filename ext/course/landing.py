@@ -26,10 +26,16 @@ def verification_statement(records: list, sharding_devices: int | None) -> str:
     versions = sorted({env.jax for env in environments if env.jax})
     backends = sorted({(env.backend or "").upper() for env in environments if env.backend})
     dates = sorted({env.date for env in environments})
+    machines = sorted({env.machine() for env in environments if env.machine()})
     cores = sorted({env.cpu_count for env in environments if env.cpu_count})
     what = " and ".join(f"jax {v}" for v in versions) or f"Python {environments[0].python}"
     where = f" on {' and '.join(backends)}" if backends else ""
-    machine = f"{cores[0]} cores" if len(cores) == 1 else "several machines"
+    if len(machines) == 1:
+        machine = machines[0]
+    elif machines:
+        machine = "several machines"
+    else:
+        machine = f"{cores[0]} cores" if len(cores) == 1 else "several machines"
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     details = [f"{what}{where}, {machine}, {when}"]
     if sharding_devices and sharding_devices > 1:

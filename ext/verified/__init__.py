@@ -7,7 +7,8 @@ The pipeline, one module per phase:
     schedule.py   before Sphinx reads, run the pages that need it, concurrently
     execute.py    run one page in a fresh subprocess (worker.py is the child side)
     cache.py      store results by key; record.py keeps the verified record
-    render.py     turn a typed result into docutils nodes
+                  (tolerance.py compares the numbers a block declared machine-rounded)
+    render.py     turn a typed result into docutils nodes (glue.py: values prose inserts)
     builders.py   the ``doctest`` and ``record`` builders
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from . import config, schedule
+from . import config, glue, schedule
 from .builders import RecordBuilder, VerifiedDoctestBuilder
 from .directive import CodeCellDirective, code_cell
 from .render import depart_reveal_html, depart_reveal_plain, reveal, visit_reveal_html, visit_reveal_plain
@@ -38,6 +39,10 @@ def setup(app: Sphinx) -> dict:
     config.register(app)
     app.add_directive("code-cell", CodeCellDirective)
     app.add_node(code_cell)
+    app.add_node(glue.glue_ref)
+    for name, formatted in (("glue", False), ("glue:", False), ("glue:any", False),
+                            ("glue:text", True)):
+        app.add_role(name, glue.GlueRole(formatted))
     plain = (visit_reveal_plain, depart_reveal_plain)
     app.add_node(reveal, html=(visit_reveal_html, depart_reveal_html),
                  latex=plain, text=plain, man=plain, texinfo=plain)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -22,9 +23,10 @@ from myst_parser.parsers.directives import MarkupError, parse_directive_text
 from myst_parser.parsers.mdit import create_md_parser
 from markdown_it.renderer import RendererHTML
 
-from .config import parse_doc_settings
+from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
 from .model import Block, DocJob, DocSettings
+from .tolerance import Tolerance
 
 WORKER_SOURCE = Path(__file__).with_name("worker.py")
 
@@ -123,15 +125,18 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
             problems.append(Problem(line, f"unknown normaliser(s) {', '.join(sorted(unknown))}",
                                     "option", reported=True))
             continue
-        blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options))
+        blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options,
+                             settings.tolerance))
     for line in _nested_cell_lines(_parser().parse(text), 0):
         problems.append(Problem(line, "code-cell must be at the top level of the page "
                                 "(a cell nested in another directive cannot run)", "nested"))
     return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems)
 
 
-def _block(index: int, line: int, source: str, options: dict) -> Block:
+def _block(index: int, line: int, source: str, options: dict,
+           page_tolerance: Tolerance | None = None) -> Block:
     tags = tuple(options.get("tags", ()))
+    tolerance = options.get("tolerance", page_tolerance)
     raises = options.get("raises")
     if raises is None and "raises-exception" in tags:
         raises = ""  # MyST-NB's untyped tag: any exception is expected
@@ -146,6 +151,7 @@ def _block(index: int, line: int, source: str, options: dict) -> Block:
         varies=options.get("output") == "varies",
         predict=options.get("predict"),
         normalize=tuple(options.get("normalize", ())),
+        tolerance=None if tolerance == "exact" else tolerance,
     )
 
 
@@ -165,6 +171,10 @@ def environment_identity(extra_env: dict[str, str]) -> dict:
         "jaxlib": _version("jaxlib"),
         "platform": f"{sys.platform}-{platform.machine()}",
         "env": sorted(extra_env.items()),
+        # XLA:CPU rounds by instruction set and thread count: an ISA cap or fewer cores
+        # (taskset) is another output.
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "cores": usable_cores(),
     }
 
 

@@ -15,6 +15,7 @@ from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 
 from .model import DocSettings
+from .tolerance import parse_tolerance
 
 # name: (default, rebuild, types)
 CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
@@ -69,7 +70,7 @@ def validate(app: Sphinx) -> ExecutionConfig:
     build_root = Path(app.outdir).parent
     return ExecutionConfig(
         timeout=float(timeout),
-        jobs=jobs or os.cpu_count() or 1,
+        jobs=jobs or usable_cores(),
         env=dict(env),
         record_dir=confdir / config.verified_record_dir,
         cache_dir=(confdir / config.verified_cache_dir if config.verified_cache_dir
@@ -105,7 +106,12 @@ def _validate_normalizers(value: Any) -> dict[str, tuple[tuple[str, str], ...]]:
     return result
 
 
-SETTING_KEYS = ("host_devices", "env", "timeout", "budget", "exclusive")
+def usable_cores() -> int:
+    """The cores this process may run on (``taskset`` narrows them), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+SETTING_KEYS = ("host_devices", "env", "timeout", "budget", "exclusive", "tolerance")
 
 
 def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
@@ -134,7 +140,14 @@ def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
     exclusive = data.get("exclusive", False)
     if not isinstance(exclusive, bool):
         raise ValueError(f"exclusive must be true or false, got {exclusive!r}")
+    tolerance = data.get("tolerance")
+    if tolerance is not None:
+        try:
+            tolerance = parse_tolerance(str(tolerance))
+        except ValueError as err:
+            raise ValueError(f"tolerance: {err}") from None
     return DocSettings(
+        tolerance=tolerance,
         host_devices=devices,
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         timeout=data.get("timeout"),

@@ -19,6 +19,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from .record import normalizer_names
+from .tolerance import Tolerance, parse_tolerance
 
 DEFAULT_PREDICT_PROMPT = "Predict the output, then reveal it."
 
@@ -91,6 +92,12 @@ def normalize_option(argument: str | None) -> tuple[str, ...]:
     return names
 
 
+def tolerance_option(argument: str | None) -> Tolerance | str:
+    """``rtol=1e-5``, ``atol=1e-8 rtol=1e-4``, ``rtol=0.01 integers``, or ``exact``
+    (which turns off the page's default tolerance)."""
+    return parse_tolerance(argument) or "exact"
+
+
 class CodeCellDirective(SphinxDirective):
     """An executable Python block whose real output is rendered beneath it."""
 
@@ -105,6 +112,7 @@ class CodeCellDirective(SphinxDirective):
         "predict": predict_option,
         "timeout": timeout_option,
         "normalize": normalize_option,
+        "tolerance": tolerance_option,
     }
 
     def run(self) -> list[nodes.Node]:

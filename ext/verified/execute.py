@@ -49,10 +49,22 @@ def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict
         flags = [f"--xla_force_host_platform_device_count={count}", *HOST_COLLECTIVE_FLAGS]
         env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), *flags]))
     env["IPYTHONDIR"] = ipython_dir
+    env["MPLCONFIGDIR"] = str(matplotlib_dir())
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONHASHSEED", "0")
     return env
+
+
+def matplotlib_dir() -> Path:
+    """matplotlib's config and font cache for the workers: next to the matplotlib it belongs
+    to (in the virtualenv), never the user's ``~/.cache/matplotlib``, whose state would leak
+    into figure output."""
+    prefix = Path(sys.prefix)
+    base = prefix if os.access(prefix, os.W_OK) else Path(tempfile.gettempdir())
+    path = base / "var" / "verified-matplotlib"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _fallback_environment() -> Environment:

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .tolerance import Tolerance
+
 # Block statuses, as they appear in the execution report.
 RAN = "ran"
 CACHED = "cached"
@@ -34,6 +36,7 @@ class Block:
     varies: bool = False
     predict: str | None = None
     normalize: tuple[str, ...] = ()
+    tolerance: Tolerance | None = None  # how printed numbers are compared with the record
 
     def execution_identity(self) -> dict[str, Any]:
         """What about this block changes its output (the part that is hashed)."""
@@ -54,8 +57,10 @@ class DocSettings:
     timeout: float | None = None  # default per-block timeout for this document
     budget: float | None = None  # wall-time limit for the whole document
     exclusive: bool = False  # run alone, with no other document executing (timings)
+    tolerance: Tolerance | None = None  # default for blocks that declare none (comparison only)
 
     def as_dict(self) -> dict[str, Any]:
+        """The settings that change what runs (the tolerance only changes comparison)."""
         return {
             "host_devices": self.host_devices,
             "env": [list(pair) for pair in self.env],
@@ -81,13 +86,15 @@ class Output:
     """One captured output of a block.
 
     kind is ``stdout``, ``stderr``, ``result`` (the trailing expression's repr),
-    ``display`` (rich display data, e.g. a figure) or ``error`` (the exception).
+    ``display`` (rich display data, e.g. a figure), ``glue`` (a value named with MyST-NB's
+    ``glue``, for prose to insert) or ``error`` (the exception).
     ``text`` holds the plain text; ``data`` holds other MIME types (base64 for images).
     """
 
     kind: str
     text: str = ""
     data: dict[str, str] = field(default_factory=dict)
+    name: str = ""  # a glued value's name (kind ``glue``), for prose to insert
 
 
 @dataclass
@@ -132,6 +139,20 @@ class Environment:
     cpu_count: int | None = None
     platform: str = ""
     date: str = ""  # ISO date of execution
+    # What XLA:CPU's rounding depends on: the processor, the instruction set XLA was allowed
+    # to use (the CPU's best, capped by --xla_cpu_max_isa) and the cores the process may use.
+    cpu_model: str = ""
+    isa: str = ""
+    cores: int | None = None
+
+    def machine(self) -> str:
+        """``AMD EPYC (AVX2, 2 cores)``; empty when unknown (records made before this)."""
+        if not self.cpu_model:
+            return ""
+        details = [part for part in (
+            self.isa, f"{self.cores} core{'s' if self.cores != 1 else ''}" if self.cores else "")
+            if part]
+        return f"{self.cpu_model} ({', '.join(details)})" if details else self.cpu_model
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from .model import Block, BlockResult, DocResult, Environment, Output, WarningRecord
+from .tolerance import compare_numbers
 
 FLOAT = re.compile(r"(?<![\w.])-?\d+\.\d+(?:[eE][-+]?\d+)?")
 
@@ -70,7 +71,7 @@ def _recorded_output(output: Output) -> Output:
     data = {mime: ("sha256:" + hashlib.sha256(value.encode()).hexdigest()
                    if mime.startswith("image/") else value)
             for mime, value in output.data.items()}
-    return Output(kind=output.kind, text=output.text, data=data)
+    return Output(kind=output.kind, text=output.text, data=data, name=output.name)
 
 
 def make_record(blocks: tuple[Block, ...], result: DocResult) -> Record:
@@ -127,7 +128,7 @@ def comparable_text(status: str, outputs: list[Output], warnings: list[WarningRe
     """What is compared: every output's text (images by their size line), warnings, status."""
     parts = [f"[status] {status}"]
     for output in outputs:
-        parts.append(f"[{output.kind}]")
+        parts.append(f"[{output.kind} {output.name}]" if output.name else f"[{output.kind}]")
         parts.append(output.text.rstrip("\n"))
         if any(mime.startswith("image/") for mime in output.data):
             parts.append("(image)")
@@ -159,12 +160,29 @@ class Comparison:
     diff: str = ""
 
 
+_SECTION = re.compile(r"^\[(?:status|stdout|stderr|result|display|error|warning|glue)\b[^\]]*\]")
+
+
+def _section_of(text: str, line: int) -> str:
+    """Where a line of ``comparable_text`` is: its output's header, e.g. ``[stdout] line 2``."""
+    lines = text.splitlines()
+    for index in range(line - 1, -1, -1):
+        header = _SECTION.match(lines[index])
+        if header:
+            offset = line - 1 - index
+            return f"{header.group()} line {offset}" if offset else header.group()
+    return f"line {line}"
+
+
 def compare(block: Block, live: BlockResult, recorded: RecordedBlock | None,
             normalizers: dict[str, tuple[tuple[str, str], ...]],
             recorded_version: str | None = None) -> Comparison:
+    """Exact after the block's normalisers; with a declared tolerance, printed numbers may
+    move within it (and the diff names each number that moved too far)."""
     if recorded is None:
         return Comparison("unrecorded")
-    if block.varies and not block.normalize and recorded.status == live.status:
+    if (block.varies and not block.normalize and block.tolerance is None
+            and recorded.status == live.status):
         return Comparison("unchecked")
     expected = normalize(comparable_text(recorded.status, recorded.outputs, recorded.warnings),
                          block.normalize, normalizers)
@@ -172,7 +190,19 @@ def compare(block: Block, live: BlockResult, recorded: RecordedBlock | None,
                        block.normalize, normalizers)
     if expected == actual:
         return Comparison("match")
+    notes = ""
+    if block.tolerance is not None:
+        numeric = compare_numbers(expected, actual, block.tolerance)
+        if numeric.matches:
+            return Comparison("match")
+        if numeric.same_text:
+            notes = "".join(f"number moved beyond the tolerance: "
+                            f"{_section_of(expected, moved.line)}: {moved.expected} -> "
+                            f"{moved.actual} ({moved.why})\n" for moved in numeric.moved)
+        else:
+            notes = (f"text differs (tolerance {block.tolerance.describe()} applies to "
+                     f"numbers only)\n")
     diff = "".join(difflib.unified_diff(
         expected.splitlines(keepends=True), actual.splitlines(keepends=True),
         fromfile=f"verified (jax {recorded_version or '?'})", tofile="live"))
-    return Comparison("differs", diff)
+    return Comparison("differs", notes + diff)

@@ -78,7 +78,9 @@ def caption_text(live: Environment, verification: Verification) -> str:
     verdict = verification.comparison.verdict
     recorded_env = verification.recorded_environment
     if verdict == "match" and recorded_env:
-        return f"{describe_environment(recorded_env)} · verified {recorded_env.date}"
+        machine = recorded_env.machine()
+        return (f"{describe_environment(recorded_env)} · verified {recorded_env.date}"
+                + (f" on {machine}" if machine else ""))
     if verdict == "unchecked" and recorded_env:
         return (f"{describe_environment(live)} · ran {live.date} · varies from run to run "
                 f"(verified to run on jax {recorded_env.jax or '?'}, {recorded_env.date})")
@@ -97,8 +99,8 @@ def _literal(text: str, classes: list[str], language: str = "none") -> nodes.lit
 def _output_nodes(outputs: list[Output], hide_stderr: bool) -> list[nodes.Node]:
     rendered: list[nodes.Node] = []
     for output in outputs:
-        if output.kind == "stderr" and hide_stderr:
-            continue
+        if output.kind == "glue" or (output.kind == "stderr" and hide_stderr):
+            continue  # a glued value shows where prose inserts it
         image = output.data.get("image/png")
         if image and not image.startswith("sha256:"):
             rendered.append(nodes.image(uri=f"data:image/png;base64,{image}",

@@ -21,6 +21,7 @@ from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 
 from . import config as config_module
+from . import glue
 from .cache import ExecutionCache
 from .collect import Collected, collect, environment_identity, with_key
 from .directive import code_cell
@@ -174,10 +175,11 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
             logger.error(problem.message, location=(docname, problem.line),
                          type="verified", subtype=problem.subtype)
     cells = list(doctree.findall(code_cell))
-    if not cells:
-        return
     by_line = {block.line: block for block in found.job.blocks} if found else {}
     result = build.results.get(docname)
+    if result is not None:
+        _warn_duplicate_glue(docname, found.job.blocks, result)
+    glue.resolve(doctree, result if found and found.job.blocks else None)
     for node in cells:
         block = by_line.get(node["fence_line"])
         if result is None or block is None or block.source != node["source"]:
@@ -192,6 +194,18 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         prompt = next(iter(node.findall(nodes.paragraph)), None)
         node.replace_self(render_block(block, block_result, result.environment,
                                        verification, prompt))
+
+
+def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> None:
+    seen: set[str] = set()
+    for block in blocks:
+        for output in result.blocks[block.index].outputs:
+            if output.kind == "glue":
+                if output.name in seen:
+                    logger.warning(f"glue {output.name!r} glued again: prose shows the last value",
+                                   location=(docname, block.line), type="verified",
+                                   subtype="glue")
+                seen.add(output.name)
 
 
 def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:

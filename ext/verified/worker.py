@@ -82,7 +82,17 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
 
     class SinkDisplayPublisher(DisplayPublisher):
         def publish(self, data, metadata=None, source=None, **kwargs):
-            sink.append(("display", dict(data)))
+            glued = (metadata or {}).get("scrapbook")
+            if not glued:
+                sink.append(("display", dict(data)))
+                return
+            # MyST-NB's glue: a named value, its MIME keys prefixed unless also displayed.
+            prefix = glued.get("mime_prefix", "")
+            bundle = {mime[len(prefix):]: value for mime, value in data.items()
+                      if mime.startswith(prefix)}
+            if not prefix:
+                sink.append(("display", dict(bundle)))
+            sink.append(("glue", {**bundle, "name": glued.get("name", "")}))
 
         def clear_output(self, wait=False):
             pass
@@ -159,7 +169,42 @@ def _matches(raises: str, mro: list[str]) -> bool:
     return any(name == raises or name.rsplit(".", 1)[-1] == raises for name in mro)
 
 
+# XLA:CPU's instruction-set levels (the values of --xla_cpu_max_isa), lowest first, and the
+# /proc/cpuinfo flag that shows a CPU has each.
+ISA_LEVELS = (("SSE4_2", "sse4_2"), ("AVX", "avx"), ("AVX2", "avx2"), ("AVX512", "avx512f"))
+
+
+def _cpu_model_and_flags() -> tuple[str, set[str]]:
+    model, flags = platform.processor(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and value.strip():
+                    model = value.strip()
+                elif key == "flags":
+                    flags = set(value.split())
+                if key == "" and flags:  # the first processor's entry is enough
+                    break
+    except OSError:
+        pass
+    return model, flags
+
+
+def _instruction_set(flags: set[str]) -> str:
+    """The level XLA may use: the CPU's best, capped by ``--xla_cpu_max_isa`` if set."""
+    names = [name for name, _ in ISA_LEVELS]
+    best = max((i for i, (_, flag) in enumerate(ISA_LEVELS) if flag in flags), default=None)
+    cap = re.search(r"--xla_cpu_max_isa=(\w+)", os.environ.get("XLA_FLAGS", ""))
+    if cap and cap.group(1).upper() in names:
+        limit = names.index(cap.group(1).upper())
+        best = limit if best is None else min(best, limit)
+    return names[best] if best is not None else ""
+
+
 def _environment() -> dict[str, Any]:
+    cpu_model, flags = _cpu_model_and_flags()
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "jax": None,
@@ -169,6 +214,9 @@ def _environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "platform": f"{sys.platform}-{platform.machine()}",
         "date": datetime.date.today().isoformat(),
+        "cpu_model": cpu_model,
+        "isa": _instruction_set(flags),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
     }
     jax = sys.modules.get("jax")
     if jax is not None:
@@ -202,9 +250,10 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     if stderr:
         outputs.append({"kind": "stderr", "text": ANSI_ESCAPE.sub("", stderr), "data": {}})
     for kind, data in sink:
+        name = data.pop("name", "") if kind == "glue" else ""
         text = ANSI_ESCAPE.sub("", data.pop("text/plain", ""))
         kept = {mime: value for mime, value in data.items() if mime == "image/png"}
-        outputs.append({"kind": kind, "text": text, "data": kept})
+        outputs.append({"kind": kind, "text": text, "data": kept, "name": name})
 
     cell_names = {name: number for name, number in shell.compile._filename_map.items()}
     warning_records = []

@@ -1,0 +1,94 @@
+"""Glued values: a block names a value (``from myst_nb import glue; glue("name", value)``),
+and prose inserts it (``{glue}`name` ``, or ``{glue:text}`name:.2f` ``), so a sentence
+agrees with the output printed above it on every machine that builds the page.
+
+The syntax is MyST-NB's. The role only parses and leaves a ``glue_ref`` placeholder; once
+the page's result is at hand, ``resolve`` swaps it for the value's text, or reports the
+unknown name at the role's line.
+"""
+
+from __future__ import annotations
+
+from ast import literal_eval
+
+from docutils import nodes
+from sphinx.util import logging
+from sphinx.util.docutils import SphinxRole
+
+from .model import DocResult
+
+logger = logging.getLogger(__name__)
+
+
+class glue_ref(nodes.Inline, nodes.Element):
+    """Placeholder for a glued value; carries ``key`` and ``format_spec``."""
+
+
+class GlueRole(SphinxRole):
+    """``{glue}`name` `` (the value's text) and ``{glue:text}`name:format` ``."""
+
+    def __init__(self, formatted: bool):
+        super().__init__()
+        self.formatted = formatted
+
+    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
+        key, format_spec = self.text.strip(), ""
+        if self.formatted and ":" in key:
+            key, format_spec = key.rsplit(":", 1)
+        if "::" in key:
+            logger.error(f"glue {key!r}: a page inserts only its own values (no 'page::name')",
+                         location=self.get_location(), type="verified", subtype="glue")
+            return [], []
+        node = glue_ref(self.rawtext, key=key, format_spec=format_spec)
+        self.set_source_info(node)
+        return [node], []
+
+
+def format_plain_text(text: str, format_spec: str) -> str:
+    """MyST-NB's ``glue:text`` rule: the text/plain repr read as a literal, then formatted
+    by the spec's type character (``d`` as an int, ``f``/``e``/``g``/``%`` as a float)."""
+    try:
+        value = literal_eval(text)
+    except (SyntaxError, ValueError):
+        value = text
+    if not format_spec:
+        return str(value)
+    kind = format_spec[-1]
+    if kind in "bcdoxX":
+        value = int(value)
+    elif kind in "eEfFgGn%":
+        value = float(value)
+    elif kind == "s":
+        value = str(value)
+    return format(value, format_spec)
+
+
+def glued_values(result: DocResult) -> dict[str, str]:
+    """Every value the page glued, by name (a later glue of the same name wins)."""
+    return {output.name: output.text for block in result.blocks for output in block.outputs
+            if output.kind == "glue"}
+
+
+def resolve(doctree: nodes.document, result: DocResult | None) -> None:
+    """Replaces every ``glue_ref`` with its value's text; unknown names are located errors."""
+    values = glued_values(result) if result else {}
+    for node in list(doctree.findall(glue_ref)):
+        key = node["key"]
+        if result is None:
+            node.replace_self([])  # the page did not run: that error is reported already
+            continue
+        if key not in values:
+            known = ", ".join(sorted(values)) or "none"
+            logger.error(f"glue {key!r}: no block of this page glued that name (glued: {known})",
+                         location=node, type="verified", subtype="glue")
+            node.replace_self([])
+            continue
+        try:
+            text = format_plain_text(values[key], node["format_spec"])
+        except (TypeError, ValueError) as err:
+            logger.error(f"glue {key!r}: cannot format {values[key]!r} as "
+                         f"{node['format_spec']!r}: {err}",
+                         location=node, type="verified", subtype="glue")
+            node.replace_self([])
+            continue
+        node.replace_self(nodes.inline(text, text, classes=["glued"]))
