@@ -6,9 +6,12 @@ VENV       := .venv
 BIN        := $(VENV)/bin
 BUILD      := _build
 SPHINXOPTS ?= -W --keep-going -j auto
+PAGES      ?=
 SPHINX     := $(BIN)/sphinx-build -c . $(SPHINXOPTS)
+# `make doctest PAGES=part1/04-autodiff,part2/12-training-run` executes only those pages.
+ONLY       := $(if $(PAGES),-D verified_pages=$(PAGES))
 
-.PHONY: html doctest record test bench serve clean venv
+.PHONY: html doctest record portability test bench serve clean venv
 
 venv: $(VENV)/.installed
 
@@ -22,15 +25,19 @@ html: venv
 
 # Re-executes every document (no cache) and compares each block with the verified record.
 doctest: venv
-	$(SPHINX) -E -b doctest source $(BUILD)/doctest -d $(BUILD)/doctrees-doctest
+	$(SPHINX) -E -b doctest source $(BUILD)/doctest -d $(BUILD)/doctrees-doctest $(ONLY)
 
 # Re-executes every document and rewrites the verified record under record/.
 record: venv
-	$(SPHINX) -E -b record source $(BUILD)/record -d $(BUILD)/doctrees-record
+	$(SPHINX) -E -b record source $(BUILD)/record -d $(BUILD)/doctrees-record $(ONLY)
+
+# `make doctest` three ways: natively, as an older CPU (XLA limited to AVX) and on one core.
+portability: venv
+	PYTHONPATH=ext $(BIN)/python -m verified.portability $(SPHINX) $(ONLY)
 
 test: venv
 	$(BIN)/python -m pytest tests
-	$(MAKE) doctest
+	$(MAKE) portability
 
 bench: venv
 	$(BIN)/python bench/run.py

@@ -101,12 +101,16 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
     build = site("options").build()
     assert build.app.statuscode == 1
     assert error_heads(build) == [
+        "badglue.md:3: WARNING: glue 'known' glued again: prose shows the last value [verified.glue]",
+        "badglue.md:9: ERROR: glue 'unknown': no block of this page glued that name (glued: known) [verified.glue]",
+        "badglue.md:9: ERROR: glue 'known': cannot format '2' as '.2q': Unknown format code 'q' for object of type 'int' [verified.glue]",
         "badlanguage.md:3: ERROR: code-cell language must be one of python, python3, ipython, ipython3, not 'rust' [verified.option]",
         "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, ids, paths, xla-log [verified.option]",
         "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",
         "badraises.md:4: WARNING: 'code-cell': Invalid option value for 'raises': not a name: expected an exception type name, got 'not a name' [myst.directive_option]",
         "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
         "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
+        "badtolerance.md:4: WARNING: 'code-cell': Invalid option value for 'tolerance': rtol=lots: rtol must be a number, got 'lots' [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
         "nested.md:4: ERROR: code-cell must be at the top level of the page (a cell nested in another directive cannot run) [verified.nested]",
     ]

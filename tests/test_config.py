@@ -18,6 +18,8 @@ BAD_VALUES = [
     ("verified_normalizers", {"n": [["(", "x"]]}, "bad regex '('"),
     ("verified_normalizers", {"n": ["x"]}, "each rule is [regex, replacement]"),
     ("verified_normalizers", {"n": []}, "must be a non-empty list"),
+    ("verified_pages", [""], "verified_pages must be a list of page names"),
+    ("verified_pages", [3], "verified_pages must be a list of page names"),
 ]
 
 
@@ -35,6 +37,8 @@ def test_bad_config_value(site, name, value, message):
     ({"exclusive": "yes"}, "exclusive must be true or false"),
     ({"env": ["A=1"]}, "env must map variable names"),
     ({"colour": 1}, "unknown execution setting"),
+    ({"tolerance": "rtol=much"}, "tolerance: rtol must be a number"),
+    ({"tolerance": "integers"}, "tolerance: a tolerance needs rtol > 0"),
 ])
 def test_bad_front_matter_setting(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -47,3 +51,4 @@ def test_good_front_matter_settings():
     assert settings.host_devices == 8 and settings.exclusive and settings.timeout == 30
     assert settings.env == (("A", "x"), ("B", "2"))
     assert parse_doc_settings(None) == parse_doc_settings({"title": "no execution key"})
+    assert parse_doc_settings({"execution": {"tolerance": "rtol=1e-4"}}).tolerance.rtol == 1e-4

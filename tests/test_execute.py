@@ -5,6 +5,8 @@ Plain Python only (no JAX), so these stay fast.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from verified.execute import run_document
@@ -163,3 +165,28 @@ def test_interpreter_that_never_starts(monkeypatch):
     result = run("print('never')", "print('never either')")
     assert result.blocks[0].failure == "the interpreter did not start within 0.001 s"
     assert result.blocks[1].status == "not-run"
+
+
+def test_matplotlib_uses_the_project_directory_not_the_users():
+    from verified.execute import matplotlib_dir
+
+    result = run("import matplotlib\nprint(matplotlib.get_configdir())\n"
+                 "print(matplotlib.get_cachedir())")
+    configured = str(matplotlib_dir())
+    assert kinds(result.blocks[0]) == [("stdout", f"{configured}\n{configured}\n")]
+    assert not configured.startswith(os.path.expanduser("~/.cache"))
+
+
+@pytest.mark.parametrize(("flags", "cpu", "expected"), [
+    ("", {"sse4_2", "avx", "avx2"}, "AVX2"),
+    ("--xla_cpu_max_isa=AVX", {"sse4_2", "avx", "avx2", "avx512f"}, "AVX"),
+    ("--xla_force_host_platform_device_count=8 --xla_cpu_max_isa=avx2", {"sse4_2", "avx", "avx2",
+                                                                         "avx512f"}, "AVX2"),
+    ("--xla_cpu_max_isa=AVX512", {"sse4_2", "avx"}, "AVX"),  # a cap above the CPU: the CPU's
+])
+def test_the_recorded_instruction_set_is_the_cpus_capped_by_xla_flags(monkeypatch, flags, cpu,
+                                                                    expected):
+    from verified.worker import _instruction_set
+
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert _instruction_set(cpu) == expected

@@ -42,7 +42,7 @@ class _ExecutingBuilder(Builder):
         build = state(self)
         for docname in sorted(build.collected):
             found = build.collected[docname]
-            if found.job.blocks:
+            if found.job.blocks and build.selected(docname):
                 yield docname, found, build.results.get(docname)
 
 
@@ -112,6 +112,8 @@ class RecordBuilder(_ExecutingBuilder):
             path = write_record(build.config.record_dir, make_record(found.job.blocks, result))
             written.add(path)
             logger.info(f"recorded {docname} ({len(found.job.blocks)} blocks)")
+        if build.config.pages:
+            return  # a partial run keeps the other pages' records
         for stale in Path(build.config.record_dir).rglob("*.json"):
             if stale not in written:
                 stale.unlink()

@@ -26,6 +26,8 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     "verified_cache_dir": ("", "", (str,)),
     "verified_report": ("", "", (str,)),
     "verified_normalizers": ({}, "env", (dict,)),
+    # doctest and record only: the pages to execute (docnames); empty means every page.
+    "verified_pages": ([], "", (list, tuple)),
 }
 
 
@@ -40,6 +42,7 @@ class ExecutionConfig:
     cache_dir: Path
     report_path: Path
     normalizers: dict[str, tuple[tuple[str, str], ...]]
+    pages: frozenset[str] = frozenset()
 
 
 def register(app: Sphinx) -> None:
@@ -66,6 +69,13 @@ def validate(app: Sphinx) -> ExecutionConfig:
     if not config.verified_record_dir:
         raise ConfigError("verified_record_dir must not be empty")
 
+    pages = config.verified_pages
+    if isinstance(pages, str):  # `-D verified_pages=a,b` on the command line
+        pages = [page for page in pages.split(",") if page]
+    if not isinstance(pages, (list, tuple)) or not all(
+            isinstance(page, str) and page for page in pages):
+        raise ConfigError(f"verified_pages must be a list of page names, got {pages!r}")
+
     confdir = Path(app.confdir)
     build_root = Path(app.outdir).parent
     return ExecutionConfig(
@@ -78,6 +88,7 @@ def validate(app: Sphinx) -> ExecutionConfig:
         report_path=(confdir / config.verified_report if config.verified_report
                      else build_root / "execution-report.json"),
         normalizers=_validate_normalizers(config.verified_normalizers),
+        pages=frozenset(pages),
     )
 
 

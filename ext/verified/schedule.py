@@ -18,6 +18,7 @@ from pathlib import Path
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
+from sphinx.errors import ConfigError
 from sphinx.util import logging
 
 from . import config as config_module
@@ -56,6 +57,10 @@ class BuildState:
         if docname not in self.cache_reads:
             self.cache_reads[docname] = self.cache.load(docname, found.job.key)
         return self.cache_reads[docname]
+
+    def selected(self, docname: str) -> bool:
+        """Whether a fresh build (doctest, record) executes this page."""
+        return not (self.fresh and self.config.pages) or docname in self.config.pages
 
     def record_for(self, docname: str) -> Record | None:
         if docname not in self.records:
@@ -124,8 +129,13 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
     build = state(app)
     if not hasattr(env, "verified_stamps"):
         env.verified_stamps = {}
+    unknown = sorted(build.config.pages - env.found_docs)
+    if unknown:
+        raise ConfigError(f"verified_pages: no such page(s): {', '.join(unknown)}")
     to_run = []
     for docname in docnames:
+        if not build.selected(docname):
+            continue
         found = _collect(app, env, docname)
         if found is None or not found.job.blocks:
             continue
@@ -231,7 +241,7 @@ def block_statuses(app: Sphinx) -> list[dict]:
     rows = []
     for docname in sorted(build.collected):
         found = build.collected[docname]
-        if not found.job.blocks and not found.problems:
+        if (not found.job.blocks and not found.problems) or not build.selected(docname):
             continue
         result = build.results.get(docname)
         executed = docname in build.executed
@@ -255,6 +265,8 @@ def block_statuses(app: Sphinx) -> list[dict]:
                 "line": block.line,
                 "status": status,
                 "duration": round(duration, 4),
+                # Compared with the record within this tolerance (None: exactly).
+                "tolerance": block.tolerance.describe() if block.tolerance else None,
                 "environment": asdict(result.environment) if result else None,
             })
     return rows

@@ -1,0 +1,66 @@
+"""``make portability``: ``make doctest`` under three machine profiles.
+
+XLA:CPU rounds differently by instruction set and thread count, so a record made on one
+machine must also verify where those differ. Each profile runs the doctest builder in its
+own output folder; one ``PROFILE: N passed, M failed`` line is printed per profile, and the
+exit status is non-zero if any profile failed.
+
+    python -m verified.portability SPHINX_BUILD_ARGS...
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# name: (extra environment, command prefix). SSE4_2 is no profile: it breaks float16
+# inside XLA itself on jaxlib 0.10.2.
+PROFILES: dict[str, tuple[dict[str, str], list[str]]] = {
+    "native": ({}, []),
+    "avx": ({"XLA_FLAGS": "--xla_cpu_max_isa=AVX"}, []),
+    "one-core": ({}, ["taskset", "-c", "0"]),
+}
+
+
+def run_profile(name: str, sphinx: list[str], build: Path) -> tuple[str, int, float]:
+    """Runs the doctest builder under one profile; returns its summary line and status."""
+    extra_env, prefix = PROFILES[name]
+    env = dict(os.environ)
+    if "XLA_FLAGS" in extra_env:
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""),
+                                                  extra_env["XLA_FLAGS"]]))
+    outdir = build / "portability" / name
+    command = [*prefix, *sphinx, "-E", "-b", "doctest", "source", str(outdir),
+               "-d", str(build / "portability" / f"{name}-doctrees"),
+               "-D", f"verified_report={outdir / 'execution-report.json'}",
+               "-D", f"verified_cache_dir={build / 'portability' / f'{name}-cache'}"]
+    print(f"== {name}: {' '.join(command)}", flush=True)
+    started = time.perf_counter()
+    status = subprocess.run(command, env=env).returncode
+    seconds = time.perf_counter() - started
+    report = outdir / "output.txt"
+    lines = report.read_text(encoding="utf-8").splitlines() if report.exists() else []
+    summary = lines[-1] if lines else "did not finish (no report)"
+    return summary, status, seconds
+
+
+def main(argv: list[str]) -> int:
+    sphinx = argv or ["sphinx-build", "-c", "."]
+    if not shutil.which("taskset"):
+        print("taskset (util-linux) is needed for the one-core profile", file=sys.stderr)
+        return 2
+    build = Path("_build")
+    results = {name: run_profile(name, sphinx, build) for name in PROFILES}
+    print("\nportability:")
+    for name, (summary, status, seconds) in results.items():
+        print(f"({name} took {seconds:.0f} s)")
+        print(f"{name}: {summary}")
+    return 0 if all(status == 0 for _, status, _ in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
