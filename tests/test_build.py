@@ -112,8 +112,13 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
         "badtolerance.md:4: WARNING: 'code-cell': Invalid option value for 'tolerance': rtol=lots: rtol must be a number, got 'lots' [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
+        "misspelt.md:4: WARNING: 'code-cell': Invalid option value for 'raise': ValueError: 'raise' is not an option of code-cell; did you mean 'raises'? [myst.directive_option]",
+        "misspelt.md:10: WARNING: 'code-cell': Invalid option value for 'timout': 3: 'timout' is not an option of code-cell; did you mean 'timeout'? [myst.directive_option]",
         "nested.md:4: ERROR: code-cell must be at the top level of the page (a cell nested in another directive cannot run) [verified.nested]",
     ]
+    metadata = build.html("metadata")  # notebook metadata keys (Colab, RISE) are kept, ignored
+    assert "colon form" in metadata and "yaml form" in metadata
+    assert 'details class="cell-reveal hide-input"' in metadata
     good = build.html("good")
     assert "0xff" in good and 'details class="cell-reveal hide-input"' in good
     assert "frontmatter" not in build.status or "executed frontmatter" not in build.status

@@ -147,3 +147,13 @@ def test_options_must_read_as_yaml_for_jupytext():
     quoted = text.replace("Does f(x: int) trace?", "'Does f(x: int) trace?'")
     found = collect("page", "page.md", text=quoted)
     assert found.problems == [] and found.job.blocks[0].predict == "Does f(x: int) trace?"
+
+
+def test_notebook_metadata_is_not_part_of_the_key(tmp_path):
+    """MyST-NB keeps any cell metadata key; a Colab id changes nothing that runs."""
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n```{code-cell} ipython3\n:id: abc\n:outputId: 12\n\nprint(1)\n```\n")
+    found = collect("page", page)
+    assert found.problems == []
+    page.write_text("# P\n\n```{code-cell} ipython3\nprint(1)\n```\n")
+    assert with_key(collect("page", page).job, {}).key == with_key(found.job, {}).key

@@ -98,6 +98,47 @@ def tolerance_option(argument: str | None) -> Tolerance | str:
     return parse_tolerance(argument) or "exact"
 
 
+# Cell metadata that notebooks carry and MyST-NB keeps (Colab, Jupyter, RISE, editors):
+# never taken for a misspelt option, however close its name.
+NOTEBOOK_METADATA_KEYS = frozenset({
+    "id", "outputId", "colab", "executionInfo", "jupyter", "slideshow", "scrolled",
+    "collapsed", "editable", "deletable", "name", "vscode", "pycharm", "papermill",
+    "execution", "cellView", "trusted",
+})
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions)."""
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1,
+                               previous[j - 1] + (char_a != char_b)))
+        previous = current
+    return previous[-1]
+
+
+def _metadata(argument: str | None) -> str | None:
+    """A key the engine does not own is cell metadata: kept, ignored (as MyST-NB does)."""
+    return argument
+
+
+class CellOptionSpec(dict):
+    """The code-cell's own options; any other key is metadata, as in MyST-NB, unless it is
+    one or two edits away from an own option (``raise``, ``timout``): then it is an error
+    that names the option meant."""
+
+    def __missing__(self, key: str):
+        meant = sorted(self, key=lambda option: edit_distance(key, option))
+        if key not in NOTEBOOK_METADATA_KEYS and meant and edit_distance(key, meant[0]) <= 2:
+            def misspelt(argument: str | None) -> None:
+                raise ValueError(f"{key!r} is not an option of code-cell; "
+                                 f"did you mean {meant[0]!r}?")
+            return misspelt
+        return _metadata
+
+
 class CodeCellDirective(SphinxDirective):
     """An executable Python block whose real output is rendered beneath it."""
 
@@ -105,7 +146,7 @@ class CodeCellDirective(SphinxDirective):
     optional_arguments = 1
     final_argument_whitespace = False
     has_content = True
-    option_spec = {
+    option_spec = CellOptionSpec({
         "tags": tags_option,
         "raises": raises_option,
         "output": output_option,
@@ -113,7 +154,7 @@ class CodeCellDirective(SphinxDirective):
         "timeout": timeout_option,
         "normalize": normalize_option,
         "tolerance": tolerance_option,
-    }
+    })
 
     def run(self) -> list[nodes.Node]:
         language = self.arguments[0] if self.arguments else "python"
