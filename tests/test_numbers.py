@@ -92,3 +92,23 @@ def test_an_unknown_page_is_refused(site):
 
     with pytest.raises(ConfigError, match="verified_pages: no such page"):
         site("basic").build("doctest", fresh=True, confoverrides={"verified_pages": ["nope"]})
+
+
+def test_glue_roles_work_in_a_parallel_build(site):
+    build = site("numbers").build(parallel=2)
+    assert build.app.statuscode == 0 and build.warning_lines() == []
+    assert '<span class="glued">0.500</span>' in build.html()
+
+
+@pytest.mark.parametrize(("text", "spec", "shown"), [
+    ("np.float64(0.8999980601789376)", ".2f", "0.90"),  # NumPy 2's scalar repr
+    ("Array(0.5, dtype=float32)", ".1%", "50.0%"),
+    ("Array(3, dtype=int32, weak_type=True)", "d", "3"),
+    ("'visible'", "", "visible"),
+    ("[1, 2]", "", "[1, 2]"),
+    ("1234567", ",d", "1,234,567"),
+])
+def test_glued_text_is_read_back_as_a_value(text, spec, shown):
+    from verified.glue import format_plain_text
+
+    assert format_plain_text(text, spec) == shown

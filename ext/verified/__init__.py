@@ -40,9 +40,10 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("code-cell", CodeCellDirective)
     app.add_node(code_cell)
     app.add_node(glue.glue_ref)
-    for name, formatted in (("glue", False), ("glue:", False), ("glue:any", False),
-                            ("glue:text", True)):
-        app.add_role(name, glue.GlueRole(formatted))
+    app.add_role("glue", glue.GlueRole(formatted=False))
+    glue.GlueDomain.roles = {"any": glue.GlueRole(formatted=False),
+                             "text": glue.GlueRole(formatted=True)}
+    app.add_domain(glue.GlueDomain)
     plain = (visit_reveal_plain, depart_reveal_plain)
     app.add_node(reveal, html=(visit_reveal_html, depart_reveal_html),
                  latex=plain, text=plain, man=plain, texinfo=plain)

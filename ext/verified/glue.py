@@ -9,9 +9,11 @@ unknown name at the role's line.
 
 from __future__ import annotations
 
+import re
 from ast import literal_eval
 
 from docutils import nodes
+from sphinx.domains import Domain
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
@@ -22,6 +24,26 @@ logger = logging.getLogger(__name__)
 
 class glue_ref(nodes.Inline, nodes.Element):
     """Placeholder for a glued value; carries ``key`` and ``format_spec``."""
+
+
+class GlueDomain(Domain):
+    """``{glue:text}`` and ``{glue:any}`` are looked up as roles of a ``glue`` domain (as in
+    MyST-NB); plain ``{glue}`` is a role of its own."""
+
+    name = "glue"
+    label = "Glue"
+
+    def clear_doc(self, docname: str) -> None:
+        pass  # the domain keeps no data: values live in each page's result
+
+    def merge_domaindata(self, docnames, otherdata) -> None:
+        pass
+
+    def resolve_xref(self, env, fromdocname, builder, typ, target, node, contnode):
+        return None  # glued values are inserted when the page is read, never cross-referenced
+
+    def resolve_any_xref(self, env, fromdocname, builder, target, node, contnode):
+        return []
 
 
 class GlueRole(SphinxRole):
@@ -44,13 +66,26 @@ class GlueRole(SphinxRole):
         return [node], []
 
 
-def format_plain_text(text: str, format_spec: str) -> str:
-    """MyST-NB's ``glue:text`` rule: the text/plain repr read as a literal, then formatted
-    by the spec's type character (``d`` as an int, ``f``/``e``/``g``/``%`` as a float)."""
+# Scalar reprs that are not Python literals: NumPy 2's ``np.float64(0.5)`` and JAX's
+# ``Array(0.5, dtype=float32)``; their value is the literal inside.
+_SCALAR_REPR = re.compile(r"^(?:np\.\w+|numpy\.\w+|Array)\((.*?)(?:, dtype=[\w\[\]]+)?"
+                          r"(?:, weak_type=True)?\)$", re.S)
+
+
+def plain_value(text: str):
+    """A glued text/plain repr read back as a value (the text itself when it is no literal)."""
+    scalar = _SCALAR_REPR.match(text.strip())
     try:
-        value = literal_eval(text)
+        return literal_eval(scalar.group(1) if scalar else text)
     except (SyntaxError, ValueError):
-        value = text
+        return text
+
+
+def format_plain_text(text: str, format_spec: str) -> str:
+    """MyST-NB's ``glue:text`` rule: the text/plain repr read as a literal (NumPy and JAX
+    scalars too), then formatted by the spec's type character (``d`` as an int,
+    ``f``/``e``/``g``/``%`` as a float)."""
+    value = plain_value(text)
     if not format_spec:
         return str(value)
     kind = format_spec[-1]
