@@ -162,3 +162,30 @@ def test_notebook_outputs_of_every_kind(tmp_path):
     assert first.outputs[2].data["image/png"] == "iVBOR"
     assert first.outputs[3].text == "DeprecationWarning: old\n"
     assert second.outputs[0].ename == "NameError" and second.execution_count == 2
+
+
+def test_notebook_sets_up_what_the_worker_set_up(tmp_path, monkeypatch):
+    """The download's first code cell sets exactly the variables the engine gave the page."""
+    from verified.execute import page_environment, worker_env
+    from verified.model import DocJob, DocSettings
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    settings = DocSettings(host_devices=8, env=(("EXTRA", "1"),))
+    environment = page_environment(settings, {"JAX_PLATFORMS": "cpu"})
+    worker = worker_env(DocJob("p", "p.md", settings, ()), {"JAX_PLATFORMS": "cpu"}, "/tmp")
+    assert {name: worker[name] for name in environment} == environment
+    assert environment["JAX_NUM_CPU_DEVICES"] == "8"
+    assert "--xla_force_host_platform_device_count=8" in environment["XLA_FLAGS"]
+
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\nText.\n\n```{code-cell} python\nimport jax\n```\n")
+    notebook = make_notebook(page, None, environment)
+    nbformat.validate(notebook)
+    title, setup, code = notebook.cells
+    assert title.cell_type == "markdown" and setup.metadata["tags"] == ["generated-setup"]
+    assert code.source == "import jax"
+    namespace: dict = {}
+    monkeypatch.setattr("os.environ", {})
+    exec(compile(setup.source, "setup", "exec"), namespace)
+    assert namespace["os"].environ == environment
+    assert len(make_notebook(page, None, {}).cells) == 2  # nothing to set up: no cell

@@ -14,8 +14,9 @@ import nbformat
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from verified.model import DocResult
-from verified.schedule import result_for
+from verified.model import DocResult, DocSettings
+from verified.execute import page_environment
+from verified.schedule import result_for, state
 
 from .chapters import ordered
 
@@ -45,14 +46,47 @@ def notebook_outputs(block_result) -> list:
     return outputs
 
 
-def make_notebook(source: Path, result: DocResult | None) -> nbformat.NotebookNode:
+SETUP_CELL = """\
+# Generated: the page ran with these settings, which take effect only if they are set before
+# JAX starts. Run this cell first, in a fresh kernel.
+import os
+import sys
+
+if "jax" in sys.modules:
+    raise RuntimeError("JAX is already imported: restart the kernel, then run this cell first")
+os.environ.update({variables})"""
+
+
+def setup_cell(environment: dict[str, str]) -> nbformat.NotebookNode:
+    """The first code cell: the execution settings of the page (devices, env), as the
+    engine sets them for its worker (``verified.execute.page_environment``)."""
+    lines = "".join(f"\n    {name!r}: {value!r}," for name, value in sorted(environment.items()))
+    cell = nbformat.v4.new_code_cell(SETUP_CELL.format(variables="{" + lines + "\n}"))
+    cell.metadata["tags"] = ["generated-setup"]
+    return cell
+
+
+def make_notebook(source: Path, result: DocResult | None,
+                  environment: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The page as a notebook with this build's outputs; ``environment`` (the page's
+    execution variables) becomes a first cell that sets them."""
     notebook = jupytext.read(source, fmt="md:myst")
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for cell, block_result in zip(code_cells, result.blocks if result else []):
         cell.outputs = notebook_outputs(block_result)
         if block_result.status not in ("skipped", "not-run"):
             cell.execution_count = block_result.index + 1
+    if environment:
+        first = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
+        notebook.cells.insert(first, setup_cell(environment))
     return notebook
+
+
+def page_environment_of(app: Sphinx, docname: str) -> dict[str, str]:
+    build = state(app)
+    found = build.collected.get(docname)
+    settings = found.job.settings if found else DocSettings()
+    return page_environment(settings, build.config.env)
 
 
 def on_build_finished(app: Sphinx, exception) -> None:
@@ -62,7 +96,8 @@ def on_build_finished(app: Sphinx, exception) -> None:
     for chapter in ordered(app.env):
         source = Path(app.env.doc2path(chapter.docname))
         try:
-            notebook = make_notebook(source, result_for(app, chapter.docname))
+            notebook = make_notebook(source, result_for(app, chapter.docname),
+                                     page_environment_of(app, chapter.docname))
         except Exception as err:  # jupytext refuses the page: say where, build the rest
             logger.warning(f"no notebook download: jupytext cannot read the page: {err}",
                            location=(chapter.docname, 1), type="course", subtype="download")

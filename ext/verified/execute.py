@@ -25,6 +25,7 @@ from .model import (
     BlockResult,
     DocJob,
     DocResult,
+    DocSettings,
     Environment,
     Output,
     block_result_from_json,
@@ -38,16 +39,27 @@ HOST_COLLECTIVE_FLAGS = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=6
                          "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
 
 
-def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict[str, str]:
-    """The worker's environment: ours, the configured overrides, then the document's own."""
-    env = dict(os.environ)
-    env.update(extra_env)
-    env.update(dict(job.settings.env))
-    if job.settings.host_devices:
-        count = str(job.settings.host_devices)
+def page_environment(settings: DocSettings, extra_env: dict[str, str]) -> dict[str, str]:
+    """The variables that change a page's output, set before its interpreter starts: the
+    configured ones (``verified_env``), the page's own ``env`` and its host-device count.
+    The notebook download sets exactly these in its first cell."""
+    env = {**extra_env, **dict(settings.env)}
+    if settings.host_devices:
+        count = str(settings.host_devices)
         env["JAX_NUM_CPU_DEVICES"] = count
         flags = [f"--xla_force_host_platform_device_count={count}", *HOST_COLLECTIVE_FLAGS]
         env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), *flags]))
+    return env
+
+
+def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict[str, str]:
+    """The worker's environment: ours, then the page's (XLA flags of ours, such as a
+    portability profile's ISA cap, are kept in front of the page's)."""
+    env = dict(os.environ)
+    for name, value in page_environment(job.settings, extra_env).items():
+        if name == "XLA_FLAGS" and os.environ.get("XLA_FLAGS"):
+            value = f"{os.environ['XLA_FLAGS']} {value}"
+        env[name] = value
     env["IPYTHONDIR"] = ipython_dir
     env["MPLCONFIGDIR"] = str(matplotlib_dir())
     env["MPLBACKEND"] = "Agg"
