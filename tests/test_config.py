@@ -34,7 +34,7 @@ def test_bad_config_value(site, name, value, message):
     ({"host_devices": "8"}, "host_devices must be a positive integer"),
     ({"timeout": -5}, "timeout must be a positive number"),
     ({"budget": "long"}, "budget must be a positive number"),
-    ({"exclusive": "yes"}, "exclusive must be true or false"),
+    ({"exclusive": "yes"}, "exclusive must be true, false or varies"),
     ({"env": ["A=1"]}, "env must map variable names"),
     ({"colour": 1}, "unknown execution setting"),
     ({"tolerance": "rtol=much"}, "tolerance: rtol must be a number"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import nbformat
 import pytest
@@ -186,6 +187,10 @@ def test_notebook_sets_up_what_the_worker_set_up(tmp_path, monkeypatch):
     assert code.source == "import jax"
     namespace: dict = {}
     monkeypatch.setattr("os.environ", {})
+    monkeypatch.setitem(sys.modules, "jax", object())
+    with pytest.raises(RuntimeError, match="JAX is already imported: restart the kernel"):
+        exec(compile(setup.source, "setup", "exec"), {})
+    monkeypatch.delitem(sys.modules, "jax")
     exec(compile(setup.source, "setup", "exec"), namespace)
     assert namespace["os"].environ == environment
     assert len(make_notebook(page, None, {}).cells) == 2  # nothing to set up: no cell

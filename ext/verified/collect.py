@@ -26,7 +26,6 @@ from markdown_it.renderer import RendererHTML
 from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
 from .model import Block, DocJob, DocSettings
-from .tolerance import Tolerance
 
 WORKER_SOURCE = Path(__file__).with_name("worker.py")
 
@@ -126,7 +125,7 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
                                     "option", reported=True))
             continue
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options,
-                             settings.tolerance))
+                             settings))
     for line in _nested_cell_lines(_parser().parse(text), 0):
         problems.append(Problem(line, "code-cell must be at the top level of the page "
                                 "(a cell nested in another directive cannot run)", "nested"))
@@ -134,9 +133,10 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
 
 
 def _block(index: int, line: int, source: str, options: dict,
-           page_tolerance: Tolerance | None = None) -> Block:
+           settings: DocSettings = DocSettings()) -> Block:
     tags = tuple(options.get("tags", ()))
-    tolerance = options.get("tolerance", page_tolerance)
+    tolerance = options.get("tolerance", settings.tolerance)
+    varies = options.get("output") == "varies"
     raises = options.get("raises")
     if raises is None and "raises-exception" in tags:
         raises = ""  # MyST-NB's untyped tag: any exception is expected
@@ -148,10 +148,11 @@ def _block(index: int, line: int, source: str, options: dict,
         timeout=options.get("timeout"),
         skip="skip-execution" in tags,
         tags=tags,
-        varies=options.get("output") == "varies",
+        varies=varies,
         predict=options.get("predict"),
         normalize=tuple(options.get("normalize", ())),
         tolerance=None if tolerance == "exact" else tolerance,
+        exclusive="exclusive" in options or (settings.exclusive_varies and varies),
     )
 
 

@@ -149,8 +149,8 @@ def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
                                   or value <= 0):
             raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
     exclusive = data.get("exclusive", False)
-    if not isinstance(exclusive, bool):
-        raise ValueError(f"exclusive must be true or false, got {exclusive!r}")
+    if not isinstance(exclusive, bool) and exclusive != "varies":
+        raise ValueError(f"exclusive must be true, false or varies, got {exclusive!r}")
     tolerance = data.get("tolerance")
     if tolerance is not None:
         try:
@@ -163,5 +163,6 @@ def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         timeout=data.get("timeout"),
         budget=data.get("budget"),
-        exclusive=exclusive,
+        exclusive=exclusive is True,
+        exclusive_varies=exclusive == "varies",
     )

@@ -154,6 +154,7 @@ class CodeCellDirective(SphinxDirective):
         "timeout": timeout_option,
         "normalize": normalize_option,
         "tolerance": tolerance_option,
+        "exclusive": directives.flag,
     })
 
     def run(self) -> list[nodes.Node]:

@@ -19,6 +19,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+from .gate import BlockGate
 from .model import (
     FAILED,
     NOT_RUN,
@@ -109,8 +110,10 @@ def _describe_exit(returncode: int) -> str:
     return f"the interpreter exited with status {returncode}"
 
 
-def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str]) -> DocResult:
-    """Runs every block of ``job`` in one fresh interpreter and returns what happened."""
+def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str],
+                 gate: BlockGate | None = None) -> DocResult:
+    """Runs every block of ``job`` in one fresh interpreter and returns what happened.
+    ``gate`` is shared by the pages running at once: each block passes it first."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         capture_dir = os.path.join(scratch, "capture")
@@ -119,7 +122,8 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
         for folder in (capture_dir, workdir, ipython_dir):
             os.mkdir(folder)
         results, environment = _drive_worker(
-            job, capture_dir, workdir, ipython_dir, default_timeout, extra_env)
+            job, capture_dir, workdir, ipython_dir, default_timeout, extra_env,
+            gate or BlockGate())
     by_index = {result.index: result for result in results}
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
@@ -127,8 +131,9 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
-def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env):
+def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env, gate):
     read_fd, write_fd = os.pipe()
+    control_read, control_write = os.pipe()
     stderr_path = os.path.join(capture_dir, "worker.stderr")
     stderr_file = open(stderr_path, "wb")
     payload = {
@@ -139,16 +144,18 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
         ],
     }
     process = subprocess.Popen(
-        [sys.executable, str(WORKER), str(write_fd)],
+        [sys.executable, str(WORKER), str(write_fd), str(control_read)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=stderr_file,
         cwd=workdir,
         env=worker_env(job, extra_env, ipython_dir),
-        pass_fds=(write_fd,),
+        pass_fds=(write_fd, control_read),
         start_new_session=True,
     )
     os.close(write_fd)
+    os.close(control_read)
+    control = os.fdopen(control_write, "w", buffering=1, encoding="utf-8")
     stderr_file.close()
     try:
         process.stdin.write(json.dumps(payload).encode())
@@ -171,8 +178,9 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
     selector.register(events, selectors.EVENT_READ)
     buffer = b""
     finished = False
+    held: bool | None = None  # the gate, while this page's block holds it: exclusive or not
     try:
-        while not finished:
+        while not finished and failure is None:
             now = time.monotonic()
             deadline, meaning = min(limits.values(), default=(float("inf"), ""))
             if now >= deadline:
@@ -189,10 +197,24 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
                 line, buffer = buffer.split(b"\n", 1)
                 message = json.loads(line)
                 kind = message["event"]
-                if kind == "start":
+                if kind == "ready":
+                    limits.pop("startup", None)  # the interpreter is up
+                    index = message["index"]
+                    exclusive = blocks_by_index[index].exclusive
+                    budget = limits.get("budget")
+                    wait = None if budget is None else max(0.0, budget[0] - time.monotonic())
+                    if not gate.acquire(exclusive, wait):
+                        running, failure = index, budget[1]
+                        break
+                    held = exclusive
+                    try:
+                        control.write("go\n")
+                    except BrokenPipeError:  # it died; its end of the events pipe says so
+                        pass
+                elif kind == "start":
                     running = message["index"]
                     now = time.monotonic()
-                    if limits.pop("startup", None) and job.settings.budget:
+                    if "budget" not in limits and job.settings.budget:
                         limits["budget"] = (now + job.settings.budget,
                                             f"timed out after {job.settings.budget:g} s "
                                             f"(the document's time budget)")
@@ -203,16 +225,25 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
                     results.append(block_result_from_json(message["result"]))
                     running = None
                     limits.pop("block", None)
+                    if held is not None:
+                        gate.release(held)
+                        held = None
                 elif kind == "environment":
                     environment = Environment(**message["environment"])
                 elif kind == "done":
                     finished = True
     finally:
+        if held is not None:
+            gate.release(held)
         selector.close()
         if not finished:
             _kill(process)
         process.wait()
         events.close()
+        try:
+            control.close()
+        except BrokenPipeError:  # the worker is gone
+            pass
     stderr = Path(stderr_path).read_text(encoding="utf-8", errors="replace")
 
     if not finished and running is None:

@@ -37,6 +37,7 @@ class Block:
     predict: str | None = None
     normalize: tuple[str, ...] = ()
     tolerance: Tolerance | None = None  # how printed numbers are compared with the record
+    exclusive: bool = False  # runs with no other block of any page running (it times something)
 
     def execution_identity(self) -> dict[str, Any]:
         """What about this block changes its output (the part that is hashed)."""
@@ -56,7 +57,8 @@ class DocSettings:
     env: tuple[tuple[str, str], ...] = ()
     timeout: float | None = None  # default per-block timeout for this document
     budget: float | None = None  # wall-time limit for the whole document
-    exclusive: bool = False  # run alone, with no other document executing (timings)
+    exclusive: bool = False  # run alone, with no other document executing
+    exclusive_varies: bool = False  # its ``:output: varies`` blocks run alone (timings)
     tolerance: Tolerance | None = None  # default for blocks that declare none (comparison only)
 
     def as_dict(self) -> dict[str, Any]:
@@ -121,6 +123,9 @@ class BlockResult:
     warnings: list[WarningRecord] = field(default_factory=list)
     error: ErrorInfo | None = None
     failure: str | None = None  # why the block failed, for the located build error
+    # Wall-clock (epoch) seconds when the block started and ended in its worker.
+    started: float = 0.0
+    ended: float = 0.0
 
     @property
     def failed(self) -> bool:
@@ -191,4 +196,6 @@ def block_result_from_json(data: dict[str, Any]) -> BlockResult:
         warnings=[WarningRecord(**w) for w in data.get("warnings", [])],
         error=ErrorInfo(**error) if error else None,
         failure=data.get("failure"),
+        started=data.get("started", 0.0),
+        ended=data.get("ended", 0.0),
     )

@@ -1,7 +1,9 @@
 """Schedule: before Sphinx reads, key each page's blocks and run the pages that need it.
 
-Pages run concurrently (one subprocess each, at most ``verified_jobs`` at once; pages
-marked ``exclusive`` run alone afterwards, so their timings are not disturbed). Results
+Pages run concurrently (one subprocess each, at most ``verified_jobs`` at once, longest
+first), and so do their blocks, except a block marked exclusive (it times something): it
+runs with no other block running (``gate.py``). Pages marked ``exclusive`` run alone
+afterwards. Results
 are held in memory for the read phase (forked parallel readers inherit them) and stored
 in the cache; the renderer then replaces each placeholder with its block's result.
 """
@@ -27,6 +29,7 @@ from .cache import ExecutionCache
 from .collect import Collected, collect, environment_identity, with_key
 from .directive import code_cell
 from .execute import run_document
+from .gate import BlockGate
 from .model import CACHED, FAILED, NOT_RUN, SKIPPED, BlockResult, DocResult
 from .record import Record, compare, normalizer_names, read_record, record_path
 from .render import Verification, failure_report, render_block
@@ -151,15 +154,37 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         _run_all(app, to_run)
 
 
+def _last_durations(report_path: Path) -> dict[str, float]:
+    """Each page's execution time in the last build that reported it (blocks' sum)."""
+    try:
+        rows = json.loads(report_path.read_text(encoding="utf-8"))["blocks"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    durations: dict[str, float] = {}
+    for row in rows:
+        durations[row["docname"]] = durations.get(row["docname"], 0.0) + row["duration"]
+    return durations
+
+
+def longest_first(jobs: list, durations: dict[str, float]) -> list:
+    """Pages never timed first (they may be long), then by last known time, longest first,
+    so that the cores finish together."""
+    return sorted(jobs, key=lambda job: (job.docname in durations,
+                                         -durations.get(job.docname, 0.0), job.docname))
+
+
 def _run_all(app: Sphinx, jobs: list) -> None:
     build = state(app)
     config = build.config
-    shared = [job for job in jobs if not job.settings.exclusive]
-    exclusive = [job for job in jobs if job.settings.exclusive]
+    durations = _last_durations(config.report_path)
+    shared = longest_first([job for job in jobs if not job.settings.exclusive], durations)
+    exclusive = longest_first([job for job in jobs if job.settings.exclusive], durations)
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
+    gate = BlockGate()
 
     def run(job):
-        result = run_document(job, default_timeout=config.timeout, extra_env=config.env)
+        result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
+                              gate=gate)
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
@@ -265,6 +290,9 @@ def block_statuses(app: Sphinx) -> list[dict]:
                 "line": block.line,
                 "status": status,
                 "duration": round(duration, 4),
+                "exclusive": block.exclusive,
+                "started": block_result.started if block_result else 0.0,
+                "ended": block_result.ended if block_result else 0.0,
                 # Compared with the record within this tolerance (None: exactly).
                 "tolerance": block.tolerance.describe() if block.tolerance else None,
                 "environment": asdict(result.environment) if result else None,

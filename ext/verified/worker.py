@@ -1,8 +1,10 @@
 """The child side of execution: runs one document's blocks, in order, in one interpreter.
 
-Started by ``execute.py`` as ``python worker.py EVENTS_FD``. It reads the job (JSON) from
-stdin, then for each block writes JSON lines to the events descriptor: ``start`` before
-the block runs and ``block`` with its result after. stdout and stderr of each block go,
+Started by ``execute.py`` as ``python worker.py EVENTS_FD CONTROL_FD``. It reads the job
+(JSON) from stdin, then for each block writes JSON lines to the events descriptor: ``ready``
+when it could run the block, ``start`` once the parent answered ``go`` on the control
+descriptor (the parent holds blocks back while another page times something), and
+``block`` with its result after. stdout and stderr of each block go,
 at the file-descriptor level, to ``<capture_dir>/<index>.stdout|stderr``, so output
 written just before a crash or a timeout can still be read by the parent.
 
@@ -237,11 +239,13 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     sink.clear()
     capture.begin(index)
     started = time.perf_counter()
+    wall_started = time.time()
     with warnings.catch_warnings(record=True) as caught:
         shell.execution_count = index + 1
         result = shell.run_cell(block["source"], store_history=True)
         _flush_figures(sink)
     duration = time.perf_counter() - started
+    wall_ended = time.time()
     stdout, stderr = capture.end(index)
 
     outputs: list[dict[str, Any]] = []
@@ -291,11 +295,14 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
         "warnings": warning_records,
         "error": error,
         "failure": failure,
+        "started": wall_started,
+        "ended": wall_ended,
     }
 
 
 def main() -> None:
     events = _open_events(int(sys.argv[1]))
+    control = os.fdopen(int(sys.argv[2]), "r", encoding="utf-8")
     job = json.load(sys.stdin)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # a snippet that reads input gets EOF, not the job
@@ -317,6 +324,9 @@ def main() -> None:
                                                "duration": 0.0, "outputs": [], "warnings": [],
                                                "error": None, "failure": None}})
             continue
+        emit({"event": "ready", "index": block["index"]})
+        if control.readline().strip() != "go":
+            return  # the parent is gone or ends the page
         emit({"event": "start", "index": block["index"]})
         block_result = run_block(shell, block, capture, sink)
         emit({"event": "block", "result": block_result})
