@@ -2,8 +2,13 @@
 
 Scenarios: a cold build (empty cache), a warm rebuild with no change, a rebuild after a
 prose-only edit and after a one-block code edit in one chapter, and `make doctest`. For each:
-the wall time, how many blocks executed, and the sum of their execution times (the floor that
-the build cannot beat, since every executed block must run).
+the wall time, how many blocks executed, the sum of their execution times, and the floor on
+this machine's cores: every page's time (start-up included) scheduled on the cores, with the
+exclusive parts (exclusive blocks, exclusive pages) serial; the ratio wall ÷ floor says how
+far the build is from it. A cold build of a test root gets the same figures.
+
+With `BENCH_OFFICIAL=DIR` (a folder of MyST-NB text notebooks, e.g. pages of the JAX docs),
+those pages are also built cold, unchanged, by this engine and by MyST-NB itself.
 """
 
 from __future__ import annotations
@@ -27,8 +32,32 @@ SPHINX = [sys.executable, "-m", "sphinx", "-c", ".", "-W", "--keep-going", "-j",
 COPIED = ("conf.py", "ext", "source", "record")
 
 
-def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = False):
-    args = SPHINX + ["-b", builder, "source", f"_build/{outdir}", "-d", f"_build/{doctreedir}"]
+CORES = len(os.sched_getaffinity(0))
+
+
+def floor(report: dict, cores: int = CORES) -> float:
+    """The least wall time the executed pages could take on ``cores``: exclusive blocks and
+    exclusive pages one after another, the rest spread over the cores (no page can be split,
+    so the longest page's shared part bounds it too)."""
+    exclusive_blocks = {}
+    for row in report["blocks"]:
+        if row.get("exclusive") and row["status"] in ("ran", "expected-error"):
+            exclusive_blocks[row["docname"]] = exclusive_blocks.get(row["docname"], 0.0) + row["duration"]
+    serial, shared = 0.0, []
+    for page in report.get("pages", []):
+        if page["exclusive"]:
+            serial += page["duration"]
+        else:
+            alone = exclusive_blocks.get(page["docname"], 0.0)
+            serial += alone
+            shared.append(page["duration"] - alone)
+    return serial + max(sum(shared) / cores, max(shared, default=0.0))
+
+
+def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = False,
+          source: str = "source", confdir: str = "."):
+    args = SPHINX + ["-b", builder, source, f"_build/{outdir}", "-d", f"_build/{doctreedir}"]
+    args[args.index("-c") + 1] = confdir
     if fresh:
         args.append("-E")
     started = time.perf_counter()
@@ -36,9 +65,10 @@ def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = 
     wall = time.perf_counter() - started
     if completed.returncode != 0:
         sys.exit(f"{builder} build failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
-    rows = json.loads((tree / "_build" / "execution-report.json").read_text())["blocks"]
+    report = json.loads((tree / "_build" / "execution-report.json").read_text())
+    rows = report["blocks"]
     executed = [r for r in rows if r["status"] in ("ran", "expected-error")]
-    return wall, len(executed), sum(r["duration"] for r in executed), len(rows)
+    return wall, len(executed), sum(r["duration"] for r in executed), len(rows), floor(report)
 
 
 def blocks_of(page: Path):
@@ -77,7 +107,7 @@ def main() -> None:
                 shutil.copy2(source, tree / name)
         page = busiest_page(tree)
         original = page.read_text(encoding="utf-8")
-        print(f"machine: {os.cpu_count()} cores; edits go to {page.relative_to(tree)}")
+        print(f"edits go to {page.relative_to(tree)}")
         results = [("cold build", *build(tree, "html", "html", "doctrees"))]
         results.append(("warm rebuild, no change", *build(tree, "html", "html", "doctrees")))
         prose_edit(page)
@@ -87,10 +117,70 @@ def main() -> None:
         page.write_text(original, encoding="utf-8")  # the record matches the original
         results.append(("make doctest (fresh)",
                         *build(tree, "doctest", "doctest", "doctrees-doctest", fresh=True)))
+    with tempfile.TemporaryDirectory(prefix="bench-root-") as scratch:
+        root = Path(scratch) / "root"
+        shutil.copytree(ROOT / "tests" / "roots" / "test-exclusive", root)
+        results.append(("test root (exclusive), cold",
+                        *build(root, "html", "html", "doctrees", source=".", confdir=".")))
 
-    print(f"{'scenario':<30} {'wall s':>8} {'blocks run':>11} {'sum of block s':>15}")
-    for name, wall, executed, block_seconds, total in results:
-        print(f"{name:<30} {wall:>8.1f} {executed:>5}/{total:<5} {block_seconds:>15.1f}")
+    print(f"machine: {CORES} cores")
+    print(f"{'scenario':<30} {'wall s':>8} {'blocks run':>11} {'sum of block s':>15} "
+          f"{'floor s':>8} {'wall/floor':>10}")
+    for name, wall, executed, block_seconds, total, least in results:
+        ratio = f"{wall / least:10.2f}" if least else f"{'-':>10}"
+        print(f"{name:<30} {wall:>8.1f} {executed:>5}/{total:<5} {block_seconds:>15.1f} "
+              f"{least:>8.1f} {ratio}")
+    official = os.environ.get("BENCH_OFFICIAL")
+    if official:
+        compare_with_myst_nb(Path(official))
+
+
+OFFICIAL_CONF = """\
+import sys
+sys.path.insert(0, {ext!r})
+extensions = [{extension!r}]
+exclude_patterns = ["_build"]
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+nb_execution_mode = "force"
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True
+verified_timeout = 600
+suppress_warnings = ["myst", "misc.highlighting_failure", "toc.not_included", "ref"]
+"""
+
+
+def compare_with_myst_nb(pages: Path) -> None:
+    """The same unchanged MyST-NB pages built cold by this engine and by MyST-NB."""
+    rows = []
+    for extension in ("verified", "myst_nb"):
+        with tempfile.TemporaryDirectory(prefix=f"bench-{extension}-") as scratch:
+            tree = Path(scratch)
+            shutil.copytree(pages, tree / "source")
+            names = sorted(p.stem for p in (tree / "source").glob("*.md") if p.stem != "index")
+            (tree / "source" / "index.md").write_text(
+                "# Official pages\n\n```{toctree}\n" + "\n".join(names) + "\n```\n")
+            conf = OFFICIAL_CONF.format(ext=str(ROOT / "ext"), extension=extension)
+            if extension == "verified":
+                conf = conf.replace('[\'verified\']', '["myst_parser", "verified"]')
+            (tree / "conf.py").write_text(conf)
+            args = [sys.executable, "-m", "sphinx", "-c", ".", "-j", "auto", "-q", "-b", "html",
+                    "source", "_build/html", "-d", "_build/doctrees"]
+            started = time.perf_counter()
+            completed = subprocess.run(args, cwd=tree, capture_output=True, text=True)
+            wall = time.perf_counter() - started
+            if completed.returncode != 0:
+                sys.exit(f"{extension} build of the official pages failed:\n"
+                         f"{completed.stderr[-3000:]}")
+            blocks = ""
+            if extension == "verified":
+                rows_ = json.loads((tree / "_build" / "execution-report.json").read_text())["blocks"]
+                ran = sum(r["status"] in ("ran", "expected-error") for r in rows_)
+                blocks = f"{ran}/{len(rows_)} blocks ran"
+            rows.append((extension, len(names), wall, blocks))
+    print(f"\nofficial MyST-NB pages, unchanged, cold build ({pages}):")
+    for extension, count, wall, blocks in rows:
+        print(f"  {extension:<9} {count} pages {wall:7.1f} s  {blocks}")
+    print(f"  ratio verified / myst_nb: {rows[0][2] / rows[1][2]:.2f}")
 
 
 if __name__ == "__main__":

@@ -168,7 +168,8 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
     environment: Environment | None = None
     running: int | None = None
     # Each limit is (deadline, what it means); the earliest one that passes ends the run.
-    # The start-up limit holds until the first block starts; the budget counts from there.
+    # The start-up limit holds until the worker is ready for its first block; the budget
+    # counts from the first block's start (waiting at the gate before it is not the page's).
     limits = {"startup": (time.monotonic() + STARTUP_LIMIT,
                           f"the interpreter did not start within {STARTUP_LIMIT:g} s")}
     failure: str | None = None

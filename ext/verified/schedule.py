@@ -312,10 +312,14 @@ def on_build_finished(app: Sphinx, exception) -> None:
         return
     build = state(app)
     rows = block_statuses(app)
+    # Each page executed by this build: its wall time, start-up included (for `make bench`).
+    pages = [{"docname": docname, "duration": round(build.results[docname].duration, 4),
+              "exclusive": build.collected[docname].job.settings.exclusive}
+             for docname in sorted(build.executed)]
     path = build.config.report_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"builder": app.builder.name, "blocks": rows}, indent=1) + "\n",
-                    encoding="utf-8")
+    path.write_text(json.dumps({"builder": app.builder.name, "pages": pages, "blocks": rows},
+                               indent=1) + "\n", encoding="utf-8")
     counts = {status: sum(1 for r in rows if r["status"] == status)
               for status in ("ran", "expected-error", "cached", "failed", "skipped", "not-run")}
     summary = (f"{len(rows)} blocks: {counts['ran'] + counts['expected-error']} ran, "
