@@ -113,3 +113,10 @@ def test_without_a_tolerance_comparison_is_exact():
 def test_text_change_under_a_tolerance_says_so():
     comparison = _compare(RTOL, "float32 0.5", "float64 0.5")
     assert comparison.diff.startswith("text differs (tolerance rtol=1e-05 applies to numbers only)")
+
+
+def test_a_varying_block_stays_unchecked_under_a_page_tolerance():
+    block = Block(0, 3, "print(t)", varies=True, tolerance=RTOL)
+    recorded = RecordedBlock(3, "", "ran", [Output("stdout", "12.5 ms")], [])
+    live = BlockResult(0, "ran", outputs=[Output("stdout", "19.0 ms")])
+    assert compare(block, live, recorded, {}).verdict == "unchecked"

@@ -181,8 +181,7 @@ def compare(block: Block, live: BlockResult, recorded: RecordedBlock | None,
     move within it (and the diff names each number that moved too far)."""
     if recorded is None:
         return Comparison("unrecorded")
-    if (block.varies and not block.normalize and block.tolerance is None
-            and recorded.status == live.status):
+    if block.varies and not block.normalize and recorded.status == live.status:
         return Comparison("unchecked")
     expected = normalize(comparable_text(recorded.status, recorded.outputs, recorded.warnings),
                          block.normalize, normalizers)
