@@ -120,3 +120,8 @@ def test_a_varying_block_stays_unchecked_under_a_page_tolerance():
     recorded = RecordedBlock(3, "", "ran", [Output("stdout", "12.5 ms")], [])
     live = BlockResult(0, "ran", outputs=[Output("stdout", "19.0 ms")])
     assert compare(block, live, recorded, {}).verdict == "unchecked"
+
+
+def test_a_last_digit_flip_is_exactly_one_unit_in_the_last_place():
+    assert compare_numbers("loss 1.5928", "loss 1.5929", Tolerance(atol=1e-4)).matches
+    assert not compare_numbers("loss 1.5928", "loss 1.5930", Tolerance(atol=1e-4)).matches

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 # A decimal number on its own: not part of a name (``float32``), not one component of a
 # dotted version (``0.10.2``). ``1.`` (NumPy's float spelling) counts; so do nan and inf.
@@ -129,10 +130,14 @@ def _number_moved(expected: str, actual: str, tolerance: Tolerance) -> str | Non
         return None if math.isnan(a) and math.isnan(b) else "nan on one side only"
     if math.isinf(a) or math.isinf(b):
         return None if a == b else "infinite on one side only"
-    difference = abs(a - b)
-    allowed = tolerance.atol + tolerance.rtol * max(abs(a), abs(b))
+    # In decimal, as printed: 1.5929 - 1.5928 is exactly 1e-4, not 1.0000000000021e-4.
+    exact_a, exact_b = Decimal(expected), Decimal(actual)
+    difference = abs(exact_a - exact_b)
+    allowed = (Decimal(repr(tolerance.atol))
+               + Decimal(repr(tolerance.rtol)) * max(abs(exact_a), abs(exact_b)))
     if difference <= allowed:
         return None
+    difference = float(difference)
     relative = difference / max(abs(a), abs(b))
     return (f"|difference| {difference:.3g}, relative {relative:.3g}; "
             f"allowed {tolerance.describe()}")
