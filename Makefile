@@ -11,7 +11,7 @@ SPHINX     := $(BIN)/sphinx-build -c . $(SPHINXOPTS)
 # `make doctest PAGES=part1/04-autodiff,part2/12-training-run` executes only those pages.
 ONLY       := $(if $(PAGES),-D verified_pages=$(PAGES))
 
-.PHONY: html doctest record portability test bench serve clean venv
+.PHONY: html doctest record portability test bench bench-exclusivity serve clean venv
 
 venv: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ test: venv
 
 bench: venv
 	$(BIN)/python bench/run.py
+
+# Timing stability with page-level against block-level exclusivity (5 runs of each).
+bench-exclusivity: venv
+	$(BIN)/python bench/exclusivity.py
 
 serve: html
 	$(BIN)/python -m http.server --directory $(BUILD)/html 8000

@@ -1,0 +1,107 @@
+"""`make bench-exclusivity`: are timings as stable with block-level exclusivity as with
+page-level exclusivity?
+
+On a throw-away copy of the tree, the timing pages below run RUNS times with each page
+marked ``exclusive: true`` (the whole page alone, after the others) and RUNS times with
+``exclusive: varies`` (only its timing blocks alone, the rest side by side with a
+concurrent page). Every value those pages glue from a timing block is collected per run;
+the figure is each value's spread across runs, (max - min) / median, and the wall time of
+a run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMED = ("part1/01-arrays", "part1/03-jit")
+CONCURRENT = ("part1/02-tracing", "part1/08-randomness")
+RUNS = 5
+COPIED = ("conf.py", "ext", "source", "record")
+
+
+def set_exclusive(tree: Path, mode: str) -> None:
+    for docname in TIMED:
+        page = tree / "source" / f"{docname}.md"
+        text = re.sub(r"(?m)^  exclusive: .*$", f"  exclusive: {mode}",
+                      page.read_text(encoding="utf-8"), count=1)
+        page.write_text(text, encoding="utf-8")
+
+
+def glued_timings(cache: Path) -> dict[str, float]:
+    """Every number glued by a page of TIMED in this run, by page and name."""
+    values = {}
+    for entry in cache.glob("*.json"):
+        payload = json.loads(entry.read_text(encoding="utf-8"))["payload"]
+        if payload["docname"] not in TIMED:
+            continue
+        for block in payload["blocks"]:
+            for output in block["outputs"]:
+                if output["kind"] != "glue":
+                    continue
+                try:
+                    values[f"{payload['docname']}:{output['name']}"] = float(output["text"])
+                except ValueError:
+                    pass
+    return values
+
+
+def run_once(tree: Path, cache: Path) -> float:
+    pages = ",".join(TIMED + CONCURRENT)
+    args = [sys.executable, "-m", "sphinx", "-c", ".", "-q", "-E", "-b", "doctest", "source",
+            "_build/doctest", "-d", "_build/doctrees", "-D", f"verified_pages={pages}",
+            "-D", f"verified_cache_dir={cache}"]
+    started = time.perf_counter()
+    subprocess.run(args, cwd=tree, capture_output=True, check=False)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-exclusive-") as scratch:
+        tree = Path(scratch) / "tree"
+        tree.mkdir()
+        for name in COPIED:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, tree / name)
+        summary = {}
+        for mode in ("true", "varies"):
+            set_exclusive(tree, mode)
+            walls, runs = [], []
+            for run in range(RUNS):
+                cache = Path(scratch) / f"cache-{mode}-{run}"
+                walls.append(run_once(tree, cache))
+                runs.append(glued_timings(cache))
+            names = sorted(set.intersection(*(set(r) for r in runs)))
+            spreads = {}
+            for name in names:
+                values = [r[name] for r in runs]
+                middle = statistics.median(values)
+                if middle:
+                    spreads[name] = (max(values) - min(values)) / abs(middle)
+            summary[mode] = (walls, spreads)
+    print(f"pages timed: {', '.join(TIMED)}; running beside them: {', '.join(CONCURRENT)}; "
+          f"{RUNS} runs each")
+    for mode, (walls, spreads) in summary.items():
+        print(f"exclusive: {mode:<6}  wall per run {statistics.median(walls):6.1f} s "
+              f"(min {min(walls):.1f}, max {max(walls):.1f}); glued timing values: "
+              f"{len(spreads)}, median spread {statistics.median(spreads.values()):.2f}, "
+              f"largest {max(spreads.values()):.2f}")
+    names = sorted(set(summary["true"][1]) & set(summary["varies"][1]))
+    print(f"\n{'value':<45} {'spread, page':>13} {'spread, block':>14}")
+    for name in names:
+        print(f"{name:<45} {summary['true'][1][name]:>13.2f} {summary['varies'][1][name]:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()
