@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -21,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from run import copy_tree  # bench/run.py (a script's own folder is first on sys.path)
+
 TIMED = ("part1/01-arrays", "part1/03-jit")
 CONCURRENT = ("part1/02-tracing", "part1/08-randomness")
 RUNS = 5
-COPIED = ("conf.py", "ext", "source", "record")
 
 
 def set_exclusive(tree: Path, mode: str) -> None:
@@ -68,12 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-exclusive-") as scratch:
         tree = Path(scratch) / "tree"
         tree.mkdir()
-        for name in COPIED:
-            source = ROOT / name
-            if source.is_dir():
-                shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(source, tree / name)
+        copy_tree(tree)
         summary = {}
         for mode in ("true", "varies"):
             set_exclusive(tree, mode)

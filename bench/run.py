@@ -96,15 +96,20 @@ def code_edit(page: Path) -> None:
     page.write_text("".join(lines), encoding="utf-8")
 
 
+def copy_tree(tree: Path) -> None:
+    """What a build reads, copied into ``tree`` (an existing folder)."""
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, tree / name)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         tree = Path(scratch)
-        for name in COPIED:
-            source = ROOT / name
-            if source.is_dir():
-                shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(source, tree / name)
+        copy_tree(tree)
         page = busiest_page(tree)
         original = page.read_text(encoding="utf-8")
         print(f"edits go to {page.relative_to(tree)}")
