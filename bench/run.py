@@ -60,8 +60,9 @@ def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = 
     args[args.index("-c") + 1] = confdir
     if fresh:
         args.append("-E")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "ext")}  # a test root's conf.py names no path
     started = time.perf_counter()
-    completed = subprocess.run(args, cwd=tree, capture_output=True, text=True)
+    completed = subprocess.run(args, cwd=tree, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     if completed.returncode != 0:
         sys.exit(f"{builder} build failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
@@ -106,35 +107,35 @@ def copy_tree(tree: Path) -> None:
             shutil.copy2(source, tree / name)
 
 
+def row(name, wall, executed, block_seconds, total, least) -> None:
+    ratio = f"{wall / least:10.2f}" if least else f"{'-':>10}"
+    print(f"{name:<30} {wall:>8.1f} {executed:>5}/{total:<5} {block_seconds:>15.1f} "
+          f"{least:>8.1f} {ratio}", flush=True)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         tree = Path(scratch)
         copy_tree(tree)
         page = busiest_page(tree)
         original = page.read_text(encoding="utf-8")
-        print(f"edits go to {page.relative_to(tree)}")
-        results = [("cold build", *build(tree, "html", "html", "doctrees"))]
-        results.append(("warm rebuild, no change", *build(tree, "html", "html", "doctrees")))
+        print(f"machine: {CORES} cores; edits go to {page.relative_to(tree)}")
+        print(f"{'scenario':<30} {'wall s':>8} {'blocks run':>11} {'sum of block s':>15} "
+              f"{'floor s':>8} {'wall/floor':>10}", flush=True)
+        row("cold build", *build(tree, "html", "html", "doctrees"))
+        row("warm rebuild, no change", *build(tree, "html", "html", "doctrees"))
         prose_edit(page)
-        results.append(("after a prose-only edit", *build(tree, "html", "html", "doctrees")))
+        row("after a prose-only edit", *build(tree, "html", "html", "doctrees"))
         code_edit(page)
-        results.append(("after a one-block code edit", *build(tree, "html", "html", "doctrees")))
+        row("after a one-block code edit", *build(tree, "html", "html", "doctrees"))
         page.write_text(original, encoding="utf-8")  # the record matches the original
-        results.append(("make doctest (fresh)",
-                        *build(tree, "doctest", "doctest", "doctrees-doctest", fresh=True)))
+        row("make doctest (fresh)",
+            *build(tree, "doctest", "doctest", "doctrees-doctest", fresh=True))
     with tempfile.TemporaryDirectory(prefix="bench-root-") as scratch:
         root = Path(scratch) / "root"
         shutil.copytree(ROOT / "tests" / "roots" / "test-exclusive", root)
-        results.append(("test root (exclusive), cold",
-                        *build(root, "html", "html", "doctrees", source=".", confdir=".")))
-
-    print(f"machine: {CORES} cores")
-    print(f"{'scenario':<30} {'wall s':>8} {'blocks run':>11} {'sum of block s':>15} "
-          f"{'floor s':>8} {'wall/floor':>10}")
-    for name, wall, executed, block_seconds, total, least in results:
-        ratio = f"{wall / least:10.2f}" if least else f"{'-':>10}"
-        print(f"{name:<30} {wall:>8.1f} {executed:>5}/{total:<5} {block_seconds:>15.1f} "
-              f"{least:>8.1f} {ratio}")
+        row("test root (exclusive), cold",
+            *build(root, "html", "html", "doctrees", source=".", confdir="."))
     official = os.environ.get("BENCH_OFFICIAL")
     if official:
         compare_with_myst_nb(Path(official))
