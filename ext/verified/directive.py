@@ -30,7 +30,10 @@ EXECUTION_TAGS = frozenset({"raises-exception", "skip-execution"})
 DISPLAY_TAGS = frozenset({
     "remove-input", "remove-output", "remove-cell", "hide-input", "hide-output", "remove-stderr",
 })
-KNOWN_TAGS = EXECUTION_TAGS | DISPLAY_TAGS
+# An exercise: the starter is shown and never run, the solution runs folded, the check runs
+# after it; the notebook download keeps the starter and the check and drops the solution.
+EXERCISE_TAGS = frozenset({"exercise-starter", "exercise-solution", "exercise-check"})
+KNOWN_TAGS = EXECUTION_TAGS | DISPLAY_TAGS | EXERCISE_TAGS
 OUTPUT_MODES = ("exact", "varies")
 logger = logging.getLogger(__name__)
 _DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
