@@ -108,7 +108,7 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, ids, paths, xla-log [verified.option]",
         "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",
         "badraises.md:4: WARNING: 'code-cell': Invalid option value for 'raises': not a name: expected an exception type name, got 'not a name' [myst.directive_option]",
-        "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
+        "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: exercise-check, exercise-solution, exercise-starter, hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
         "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
         "badtolerance.md:4: WARNING: 'code-cell': Invalid option value for 'tolerance': rtol=lots: rtol must be a number, got 'lots' [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
