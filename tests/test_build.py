@@ -214,6 +214,17 @@ def test_record_then_doctest_passes(site):
     assert "index: 10 passed, 0 failed" in output
 
 
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_one_core_per_worker_is_what_the_record_says(site):
+    """The one-core portability profile: every page's interpreter ran on one core."""
+    copy = site("basic")
+    assert copy.build("record", fresh=True,
+                      confoverrides={"verified_worker_cores": 1}).app.statuscode == 0
+    for page in ("index", "other"):
+        environment = json.loads((copy.path / "record" / f"{page}.json").read_text())["environment"]
+        assert environment["cores"] == 1
+
+
 def test_doctest_reports_a_mismatch_with_a_diff(site):
     copy = site("basic")
     copy.build("record", fresh=True)

@@ -195,7 +195,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def environment_identity(extra_env: dict[str, str]) -> dict:
+def environment_identity(extra_env: dict[str, str], worker_cores: int = 0) -> dict:
     """The parts of the executing environment that can change an output."""
     return {
         "worker": hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest(),
@@ -205,9 +205,9 @@ def environment_identity(extra_env: dict[str, str]) -> dict:
         "platform": f"{sys.platform}-{platform.machine()}",
         "env": sorted(extra_env.items()),
         # XLA:CPU rounds by instruction set and thread count: an ISA cap or fewer cores
-        # (taskset) is another output.
+        # (taskset, verified_worker_cores) is another output.
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "cores": usable_cores(),
+        "cores": worker_cores or usable_cores(),
     }
 
 
