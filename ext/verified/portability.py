@@ -35,10 +35,13 @@ def run_profile(name: str, sphinx: list[str], build: Path) -> tuple[str, int, fl
         env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""),
                                                   extra_env["XLA_FLAGS"]]))
     outdir = build / "portability" / name
+    # The native run is this machine's own execution: it fills the cache `make html` reads
+    # (same key), so a site built after it runs nothing. The others keep their own.
+    cache = build / ".execution-cache" if name == "native" else build / "portability" / f"{name}-cache"
     command = [*sphinx, *extra_args, "-E", "-b", "doctest", "source", str(outdir),
                "-d", str(build / "portability" / f"{name}-doctrees"),
                "-D", f"verified_report={outdir / 'execution-report.json'}",
-               "-D", f"verified_cache_dir={build / 'portability' / f'{name}-cache'}"]
+               "-D", f"verified_cache_dir={cache}"]
     print(f"== {name}: {' '.join(command)}", flush=True)
     started = time.perf_counter()
     status = subprocess.run(command, env=env).returncode
