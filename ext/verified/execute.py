@@ -114,6 +114,11 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
                  gate: BlockGate | None = None) -> DocResult:
     """Runs every block of ``job`` in one fresh interpreter and returns what happened.
     ``gate`` is shared by the pages running at once: each block passes it first."""
+    if job.settings.processes > 1:
+        from .multiprocess import run_multiprocess_document
+
+        return run_multiprocess_document(job, default_timeout=default_timeout,
+                                         extra_env=extra_env, gate=gate or BlockGate())
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         capture_dir = os.path.join(scratch, "capture")

@@ -31,6 +31,7 @@ from .directive import code_cell
 from .execute import run_document
 from .gate import BlockGate
 from .model import CACHED, FAILED, NOT_RUN, SKIPPED, BlockResult, DocResult
+from .multiprocess import Slots
 from .record import Record, compare, normalizer_names, read_record, record_path
 from .render import Verification, failure_report, render_block
 
@@ -181,10 +182,13 @@ def _run_all(app: Sphinx, jobs: list) -> None:
     exclusive = longest_first([job for job in jobs if job.settings.exclusive], durations)
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
     gate = BlockGate()
+    slots = Slots(config.jobs)
 
     def run(job):
-        result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
-                              gate=gate)
+        # A page of N cooperating processes holds N slots (cores) while it runs.
+        with slots.hold(job.settings.processes):
+            result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
+                                  gate=gate)
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
