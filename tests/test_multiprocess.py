@@ -48,6 +48,8 @@ def test_every_process_runs_in_step_and_each_output_is_kept(site):
     assert html.count("written by process 0") == 2
     # :raises: holds when the process that raised raised that type.
     assert html.count("KeyError") >= 1 and "cell-expected-error" in html
+    # ... and the processes that raised nothing go on with the others.
+    assert "the page goes on after a block only one process raised in\n" in html
 
 
 def test_the_record_keeps_every_process_and_doctest_compares_them_all(site):
@@ -182,3 +184,14 @@ def test_raises_is_met_by_the_processes_that_raised():
                         failure="expected KeyError, but the block raised IndexError")
     assert combine(block, [raised, wrong]).failure == (
         "process 1: expected KeyError, but the block raised IndexError")
+
+
+def test_the_setting_is_validated_and_leaves_single_process_keys_alone():
+    from verified.config import parse_doc_settings
+
+    assert parse_doc_settings({"execution": {"processes": 2}}).processes == 2
+    for bad in (0, True, "2"):
+        with pytest.raises(ValueError, match="processes must be a positive integer"):
+            parse_doc_settings({"execution": {"processes": bad}})
+    assert "processes" not in parse_doc_settings({"execution": {"host_devices": 8}}).as_dict()
+    assert parse_doc_settings({"execution": {"processes": 2}}).as_dict()["processes"] == 2

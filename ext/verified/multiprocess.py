@@ -183,7 +183,7 @@ def _start(job, scratch, workdir, extra_env, count) -> list[_Worker]:
         workers.append(_Worker(process_id, popen, os.fdopen(read_fd, "rb"), control,
                                capture_dir, stderr_path))
         try:
-            popen.stdin.write(json.dumps({"capture_dir": capture_dir,
+            popen.stdin.write(json.dumps({"capture_dir": capture_dir, "keep_going": True,
                                           "blocks": payload_blocks}).encode())
             popen.stdin.close()
         except BrokenPipeError:  # died at start-up; reported by the driver
