@@ -37,6 +37,15 @@ from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
 
+from .execute import (
+    STARTUP_LIMIT,
+    WORKER,
+    _describe_exit,
+    _fallback_environment,
+    _partial_outputs,
+    _timeout_for,
+    worker_env,
+)
 from .gate import BlockGate
 from .model import (
     EXPECTED_ERROR,
@@ -116,7 +125,6 @@ class _Worker:
         self.results: dict[int, BlockResult] = {}
         self.environment: Environment | None = None
         self.done = False
-        self.closed = False  # its events pipe reached end of file: it exited
 
     def send_go(self) -> None:
         try:
@@ -132,8 +140,6 @@ class _Worker:
 def run_multiprocess_document(job: DocJob, *, default_timeout: float,
                               extra_env: dict[str, str], gate: BlockGate) -> DocResult:
     """Runs every block of ``job`` in ``job.settings.processes`` cooperating interpreters."""
-    from .execute import _fallback_environment
-
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         workdir = os.path.join(scratch, "cwd")
@@ -148,8 +154,6 @@ def run_multiprocess_document(job: DocJob, *, default_timeout: float,
 
 
 def _start(job, scratch, workdir, extra_env, count) -> list[_Worker]:
-    from .execute import WORKER, worker_env
-
     coordinator = f"127.0.0.1:{free_loopback_port()}"
     payload_blocks = [{"index": b.index, "source": b.source, "raises": b.raises, "skip": b.skip}
                       for b in job.blocks]
@@ -192,8 +196,6 @@ def _start(job, scratch, workdir, extra_env, count) -> list[_Worker]:
 
 
 def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate):
-    from .execute import STARTUP_LIMIT, _timeout_for
-
     count = job.settings.processes
     blocks = {b.index: b for b in job.blocks}
     workers = _start(job, scratch, workdir, extra_env, count)
@@ -236,7 +238,6 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate):
                 worker: _Worker = key.data
                 chunk = os.read(worker.events.fileno(), 65536)
                 if not chunk:
-                    worker.closed = True
                     selector.unregister(worker.events)
                     if not worker.done and gone is None:
                         gone = worker
@@ -315,8 +316,6 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate):
 def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
                 failure: str | None, count: int) -> BlockResult:
     """The result of the block the page ended in: every process's part, and why it ended."""
-    from .execute import _describe_exit, _partial_outputs
-
     index = block.index
     failed = [w for w in workers if index in w.results and w.results[index].failed]
     per_process = []
