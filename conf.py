@@ -38,11 +38,6 @@ copybutton_selector = "div.cell-input pre, div.highlight-python pre"
 # The course is verified on CPU; pin the backend so a machine with a GPU runs the same thing.
 verified_env = {"JAX_PLATFORMS": "cpu"}
 verified_timeout = 300
-# Gloo announces each connection it opens between processes, from one thread per device, in
-# pieces that may interleave: a run of nothing but those pieces is removed before comparing.
-_GLOO = (r"(?:\[Gloo\] Rank | is connected to | peer ranks\. "
-         r"|Expected number of connected peer ranks is : )")
-verified_normalizers = {"gloo": [[_GLOO + r"(?:" + _GLOO + r"|\d+|\n)*", ""]]}
 
 # Every page of JAX 101, 201 and 301 and the Sharp Bits must be assigned in some chapter.
 course_require_all_readings = True

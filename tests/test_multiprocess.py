@@ -195,3 +195,13 @@ def test_the_setting_is_validated_and_leaves_single_process_keys_alone():
             parse_doc_settings({"execution": {"processes": bad}})
     assert "processes" not in parse_doc_settings({"execution": {"host_devices": 8}}).as_dict()
     assert parse_doc_settings({"execution": {"processes": 2}}).as_dict()["processes"] == 2
+
+
+def test_the_gloo_normaliser_removes_interleaved_connection_lines():
+    from verified.record import BUILTIN_NORMALIZERS
+
+    text = ("[Gloo] Rank 0 is connected to 7 peer ranks. [Gloo] Rank 1 is connected to 7 peer "
+            "ranks. Expected number of connected peer ranks is : 7\nExpected number of "
+            "connected peer ranks is : 7\nsum: 360.0\n[Gloo] Rank 4 is connected to 1 peer "
+            "ranks. Expected number of connected peer ranks is : 1\nend\n")
+    assert BUILTIN_NORMALIZERS["gloo"](text) == "sum: 360.0\nend\n"

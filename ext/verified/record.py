@@ -25,6 +25,13 @@ def _round_floats(text: str) -> str:
     return FLOAT.sub(lambda m: f"{float(m.group()):.4g}", text)
 
 
+# Gloo (JAX's CPU transport between processes) announces each connection it opens, from one
+# thread per device, in pieces that may interleave: a run of nothing but those pieces goes.
+_GLOO_PIECE = (r"(?:\[Gloo\] Rank | is connected to | peer ranks\. "
+               r"|Expected number of connected peer ranks is : )")
+GLOO = re.compile(_GLOO_PIECE + r"(?:" + _GLOO_PIECE + r"|\d+|\n)*")
+
+
 # Built-in normalisers; conf.py's ``verified_normalizers`` adds regex ones by name.
 BUILTIN_NORMALIZERS: dict[str, Callable[[str], str]] = {
     "addresses": lambda text: re.sub(r"0x[0-9a-fA-F]{4,}", "0x…", text),
@@ -33,6 +40,7 @@ BUILTIN_NORMALIZERS: dict[str, Callable[[str], str]] = {
     # Python object ids printed in decimal (e.g. by JAX's leak checker).
     "ids": lambda text: re.sub(r"(?<![\d.])\d{12,}(?![\d.])", "<id>", text),
     "floats": _round_floats,
+    "gloo": lambda text: GLOO.sub("", text),
     "paths": lambda text: re.sub(r"(/[^\s:'\"]+)+/(site-packages|tmp[^\s/]*)/[^\s:'\"]*",
                                  "<path>", text),
 }
