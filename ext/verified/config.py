@@ -28,6 +28,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     "verified_normalizers": ({}, "env", (dict,)),
     # doctest and record only: the pages to execute (docnames); empty means every page.
     "verified_pages": ([], "", (list, tuple)),
+    # Cores of its own for each page's interpreter (0: it may use every usable core). XLA
+    # sizes its thread pool from them: 1 is the one-core profile, pages still side by side.
+    "verified_worker_cores": (0, "", (int,)),
 }
 
 
@@ -43,6 +46,7 @@ class ExecutionConfig:
     report_path: Path
     normalizers: dict[str, tuple[tuple[str, str], ...]]
     pages: frozenset[str] = frozenset()
+    worker_cores: int = 0
 
 
 def register(app: Sphinx) -> None:
@@ -76,6 +80,15 @@ def validate(app: Sphinx) -> ExecutionConfig:
             isinstance(page, str) and page for page in pages):
         raise ConfigError(f"verified_pages must be a list of page names, got {pages!r}")
 
+    worker_cores = config.verified_worker_cores
+    usable = usable_cores()
+    if (isinstance(worker_cores, bool) or not isinstance(worker_cores, int)
+            or not 0 <= worker_cores <= usable):
+        raise ConfigError(f"verified_worker_cores must be an integer from 0 (every usable core) "
+                          f"to {usable} (the usable cores), got {worker_cores!r}")
+    if worker_cores:
+        jobs = min(jobs or usable, usable // worker_cores)
+
     confdir = Path(app.confdir)
     build_root = Path(app.outdir).parent
     return ExecutionConfig(
@@ -89,6 +102,7 @@ def validate(app: Sphinx) -> ExecutionConfig:
                      else build_root / "execution-report.json"),
         normalizers=_validate_normalizers(config.verified_normalizers),
         pages=frozenset(pages),
+        worker_cores=worker_cores,
     )
 
 

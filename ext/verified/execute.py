@@ -33,6 +33,7 @@ from .model import (
 )
 
 WORKER = Path(__file__).with_name("worker.py")
+AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
 STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
 # Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
 # and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.
@@ -53,9 +54,11 @@ def page_environment(settings: DocSettings, extra_env: dict[str, str]) -> dict[s
     return env
 
 
-def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict[str, str]:
+def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str,
+               cores: tuple[int, ...] = ()) -> dict[str, str]:
     """The worker's environment: ours, then the page's (XLA flags of ours, such as a
-    portability profile's ISA cap, are kept in front of the page's)."""
+    portability profile's ISA cap, are kept in front of the page's). ``cores`` reach the
+    worker as ``VERIFIED_CPU_AFFINITY``; it pins itself before anything sizes a thread pool."""
     env = dict(os.environ)
     for name, value in page_environment(job.settings, extra_env).items():
         if name == "XLA_FLAGS" and os.environ.get("XLA_FLAGS"):
@@ -66,6 +69,8 @@ def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str) -> dict
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONHASHSEED", "0")
+    if cores:
+        env[AFFINITY_VARIABLE] = ",".join(map(str, cores))
     return env
 
 
@@ -111,14 +116,16 @@ def _describe_exit(returncode: int) -> str:
 
 
 def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str],
-                 gate: BlockGate | None = None) -> DocResult:
+                 gate: BlockGate | None = None, cores: tuple[int, ...] = ()) -> DocResult:
     """Runs every block of ``job`` in one fresh interpreter and returns what happened.
-    ``gate`` is shared by the pages running at once: each block passes it first."""
+    ``gate`` is shared by the pages running at once: each block passes it first.
+    ``cores``, if given, are the only cores the interpreter may use."""
     if job.settings.processes > 1:
         from .multiprocess import run_multiprocess_document
 
         return run_multiprocess_document(job, default_timeout=default_timeout,
-                                         extra_env=extra_env, gate=gate or BlockGate())
+                                         extra_env=extra_env, gate=gate or BlockGate(),
+                                         cores=cores)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         capture_dir = os.path.join(scratch, "capture")
@@ -128,7 +135,7 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
             os.mkdir(folder)
         results, environment = _drive_worker(
             job, capture_dir, workdir, ipython_dir, default_timeout, extra_env,
-            gate or BlockGate())
+            gate or BlockGate(), cores)
     by_index = {result.index: result for result in results}
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
@@ -136,7 +143,8 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
-def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env, gate):
+def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env, gate,
+                  cores=()):
     read_fd, write_fd = os.pipe()
     control_read, control_write = os.pipe()
     stderr_path = os.path.join(capture_dir, "worker.stderr")
@@ -154,7 +162,7 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
         stdout=subprocess.DEVNULL,
         stderr=stderr_file,
         cwd=workdir,
-        env=worker_env(job, extra_env, ipython_dir),
+        env=worker_env(job, extra_env, ipython_dir, cores),
         pass_fds=(write_fd, control_read),
         start_new_session=True,
     )

@@ -138,13 +138,16 @@ class _Worker:
 
 
 def run_multiprocess_document(job: DocJob, *, default_timeout: float,
-                              extra_env: dict[str, str], gate: BlockGate) -> DocResult:
-    """Runs every block of ``job`` in ``job.settings.processes`` cooperating interpreters."""
+                              extra_env: dict[str, str], gate: BlockGate,
+                              cores: tuple[int, ...] = ()) -> DocResult:
+    """Runs every block of ``job`` in ``job.settings.processes`` cooperating interpreters
+    (all on ``cores``, if given)."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         workdir = os.path.join(scratch, "cwd")
         os.mkdir(workdir)
-        combined, environment = _drive(job, scratch, workdir, default_timeout, extra_env, gate)
+        combined, environment = _drive(job, scratch, workdir, default_timeout, extra_env, gate,
+                                       cores)
     by_index = {result.index: result for result in combined}
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
@@ -153,7 +156,7 @@ def run_multiprocess_document(job: DocJob, *, default_timeout: float,
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
-def _start(job, scratch, workdir, extra_env, count) -> list[_Worker]:
+def _start(job, scratch, workdir, extra_env, count, cores) -> list[_Worker]:
     coordinator = f"127.0.0.1:{free_loopback_port()}"
     payload_blocks = [{"index": b.index, "source": b.source, "raises": b.raises, "skip": b.skip}
                       for b in job.blocks]
@@ -164,7 +167,7 @@ def _start(job, scratch, workdir, extra_env, count) -> list[_Worker]:
         capture_dir, ipython_dir = os.path.join(base, "capture"), os.path.join(base, "ipython")
         os.makedirs(capture_dir)
         os.makedirs(ipython_dir)
-        env = worker_env(job, extra_env, ipython_dir)
+        env = worker_env(job, extra_env, ipython_dir, cores)
         env.update({PROCESS_ID: str(process_id), NUM_PROCESSES: str(count),
                     COORDINATOR: coordinator})
         read_fd, write_fd = os.pipe()
@@ -195,10 +198,10 @@ def _start(job, scratch, workdir, extra_env, count) -> list[_Worker]:
     return workers
 
 
-def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate):
+def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, cores):
     count = job.settings.processes
     blocks = {b.index: b for b in job.blocks}
-    workers = _start(job, scratch, workdir, extra_env, count)
+    workers = _start(job, scratch, workdir, extra_env, count, cores)
     group = workers[0].popen.pid
     selector = selectors.DefaultSelector()
     for worker in workers:
