@@ -105,7 +105,7 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "badglue.md:9: ERROR: glue 'unknown': no block of this page glued that name (glued: known) [verified.glue]",
         "badglue.md:9: ERROR: glue 'known': cannot format '2' as '.2q': Unknown format code 'q' for object of type 'int' [verified.glue]",
         "badlanguage.md:3: ERROR: code-cell language must be one of python, python3, ipython, ipython3, not 'rust' [verified.option]",
-        "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, ids, paths, xla-log [verified.option]",
+        "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, gloo, hex, ids, paths, xla-log [verified.option]",
         "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",
         "badraises.md:4: WARNING: 'code-cell': Invalid option value for 'raises': not a name: expected an exception type name, got 'not a name' [myst.directive_option]",
         "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: exercise-check, exercise-solution, exercise-starter, hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",

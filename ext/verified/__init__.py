@@ -6,6 +6,7 @@ The pipeline, one module per phase:
     collect.py    read a page's blocks and settings from its source, and key them
     schedule.py   before Sphinx reads, run the pages that need it, concurrently
     execute.py    run one page in a fresh subprocess (worker.py is the child side)
+    multiprocess.py  run a page as N cooperating processes (multi-host JAX), in lock-step
     cache.py      store results by key; record.py keeps the verified record
                   (tolerance.py compares the numbers a block declared machine-rounded)
     render.py     turn a typed result into docutils nodes (glue.py: values prose inserts)

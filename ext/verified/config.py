@@ -136,7 +136,8 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-SETTING_KEYS = ("host_devices", "env", "timeout", "budget", "exclusive", "tolerance")
+SETTING_KEYS = ("host_devices", "env", "timeout", "budget", "exclusive", "tolerance",
+                "processes")
 
 
 def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
@@ -154,6 +155,9 @@ def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
     if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int)
                                 or devices < 1):
         raise ValueError(f"host_devices must be a positive integer, got {devices!r}")
+    processes = data.get("processes", 1)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be a positive integer, got {processes!r}")
     env = data.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
         raise ValueError(f"env must map variable names to values, got {env!r}")
@@ -179,4 +183,5 @@ def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
         budget=data.get("budget"),
         exclusive=exclusive is True,
         exclusive_varies=exclusive == "varies",
+        processes=processes,
     )

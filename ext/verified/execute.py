@@ -120,6 +120,12 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
     """Runs every block of ``job`` in one fresh interpreter and returns what happened.
     ``gate`` is shared by the pages running at once: each block passes it first.
     ``cores``, if given, are the only cores the interpreter may use."""
+    if job.settings.processes > 1:
+        from .multiprocess import run_multiprocess_document
+
+        return run_multiprocess_document(job, default_timeout=default_timeout,
+                                         extra_env=extra_env, gate=gate or BlockGate(),
+                                         cores=cores)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         capture_dir = os.path.join(scratch, "capture")

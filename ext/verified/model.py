@@ -60,16 +60,21 @@ class DocSettings:
     exclusive: bool = False  # run alone, with no other document executing
     exclusive_varies: bool = False  # its ``:output: varies`` blocks run alone (timings)
     tolerance: Tolerance | None = None  # default for blocks that declare none (comparison only)
+    # Cooperating JAX processes the page runs as (``multiprocess.py``); 1 is an ordinary page.
+    processes: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         """The settings that change what runs (the tolerance only changes comparison)."""
-        return {
+        settings = {
             "host_devices": self.host_devices,
             "env": [list(pair) for pair in self.env],
             "timeout": self.timeout,
             "budget": self.budget,
             "exclusive": self.exclusive,
         }
+        if self.processes > 1:  # absent otherwise, so single-process keys stay as they were
+            settings["processes"] = self.processes
+        return settings
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,19 @@ class ErrorInfo:
 
 
 @dataclass
+class ProcessResult:
+    """What one further process of a multi-process page did in a block (process 0's part is
+    the ``BlockResult`` itself)."""
+
+    process: int
+    status: str
+    outputs: list[Output] = field(default_factory=list)
+    warnings: list[WarningRecord] = field(default_factory=list)
+    error: ErrorInfo | None = None
+    failure: str | None = None
+
+
+@dataclass
 class BlockResult:
     index: int
     status: str
@@ -126,6 +144,8 @@ class BlockResult:
     # Wall-clock (epoch) seconds when the block started and ended in its worker.
     started: float = 0.0
     ended: float = 0.0
+    # Processes 1..N-1 of a multi-process page; empty for an ordinary page.
+    others: list[ProcessResult] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -198,4 +218,17 @@ def block_result_from_json(data: dict[str, Any]) -> BlockResult:
         failure=data.get("failure"),
         started=data.get("started", 0.0),
         ended=data.get("ended", 0.0),
+        others=[process_result_from_json(p) for p in data.get("others", [])],
+    )
+
+
+def process_result_from_json(data: dict[str, Any]) -> ProcessResult:
+    error = data.get("error")
+    return ProcessResult(
+        process=data["process"],
+        status=data["status"],
+        outputs=[Output(**o) for o in data.get("outputs", [])],
+        warnings=[WarningRecord(**w) for w in data.get("warnings", [])],
+        error=ErrorInfo(**error) if error else None,
+        failure=data.get("failure"),
     )

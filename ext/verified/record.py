@@ -25,6 +25,13 @@ def _round_floats(text: str) -> str:
     return FLOAT.sub(lambda m: f"{float(m.group()):.4g}", text)
 
 
+# Gloo (JAX's CPU transport between processes) announces each connection it opens, from one
+# thread per device, in pieces that may interleave: a run of nothing but those pieces goes.
+_GLOO_PIECE = (r"(?:\[Gloo\] Rank | is connected to | peer ranks\. "
+               r"|Expected number of connected peer ranks is : )")
+GLOO = re.compile(_GLOO_PIECE + r"(?:" + _GLOO_PIECE + r"|\d+|\n)*")
+
+
 # Built-in normalisers; conf.py's ``verified_normalizers`` adds regex ones by name.
 BUILTIN_NORMALIZERS: dict[str, Callable[[str], str]] = {
     "addresses": lambda text: re.sub(r"0x[0-9a-fA-F]{4,}", "0x…", text),
@@ -33,9 +40,20 @@ BUILTIN_NORMALIZERS: dict[str, Callable[[str], str]] = {
     # Python object ids printed in decimal (e.g. by JAX's leak checker).
     "ids": lambda text: re.sub(r"(?<![\d.])\d{12,}(?![\d.])", "<id>", text),
     "floats": _round_floats,
+    "gloo": lambda text: GLOO.sub("", text),
     "paths": lambda text: re.sub(r"(/[^\s:'\"]+)+/(site-packages|tmp[^\s/]*)/[^\s:'\"]*",
                                  "<path>", text),
 }
+
+
+@dataclass
+class RecordedProcess:
+    """What a further process of a multi-process page recorded (process 0's is the block's)."""
+
+    process: int
+    status: str
+    outputs: list[Output] = field(default_factory=list)
+    warnings: list[WarningRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +63,7 @@ class RecordedBlock:
     status: str
     outputs: list[Output] = field(default_factory=list)
     warnings: list[WarningRecord] = field(default_factory=list)
+    others: list[RecordedProcess] = field(default_factory=list)  # processes 1..N-1
 
 
 @dataclass
@@ -85,6 +104,10 @@ def make_record(blocks: tuple[Block, ...], result: DocResult) -> Record:
                 status=block_result.status,
                 outputs=[_recorded_output(o) for o in block_result.outputs],
                 warnings=list(block_result.warnings),
+                others=[RecordedProcess(process=other.process, status=other.status,
+                                        outputs=[_recorded_output(o) for o in other.outputs],
+                                        warnings=list(other.warnings))
+                        for other in block_result.others],
             )
             for block, block_result in zip(blocks, result.blocks)
         ],
@@ -98,8 +121,11 @@ def record_path(record_dir: Path, docname: str) -> Path:
 def write_record(record_dir: Path, record: Record) -> Path:
     path = record_path(record_dir, record.docname)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dataclasses.asdict(record), indent=1, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
+    data = dataclasses.asdict(record)
+    for block in data["blocks"]:
+        if not block["others"]:  # a single-process page's record keeps its old shape
+            del block["others"]
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 
@@ -118,6 +144,10 @@ def read_record(record_dir: Path, docname: str) -> Record | None:
                 status=b["status"],
                 outputs=[Output(**o) for o in b["outputs"]],
                 warnings=[WarningRecord(**w) for w in b["warnings"]],
+                others=[RecordedProcess(process=p["process"], status=p["status"],
+                                        outputs=[Output(**o) for o in p["outputs"]],
+                                        warnings=[WarningRecord(**w) for w in p["warnings"]])
+                        for p in b.get("others", [])],
             )
             for b in data["blocks"]
         ],
@@ -135,6 +165,16 @@ def comparable_text(status: str, outputs: list[Output], warnings: list[WarningRe
     for warning in warnings:
         parts.append(f"[warning] {warning.category}: {warning.message}")
     return "\n".join(parts) + "\n"
+
+
+def comparable_processes(status: str, outputs: list[Output], warnings: list[WarningRecord],
+                         others) -> str:
+    """``comparable_text`` of process 0, then of each further process under its header."""
+    text = comparable_text(status, outputs, warnings)
+    for other in others:
+        text += f"[process {other.process}]\n" + comparable_text(
+            other.status, other.outputs, other.warnings)
+    return text
 
 
 def normalizer_names(normalizers: dict[str, tuple[tuple[str, str], ...]]) -> set[str]:
@@ -160,7 +200,8 @@ class Comparison:
     diff: str = ""
 
 
-_SECTION = re.compile(r"^\[(?:status|stdout|stderr|result|display|error|warning|glue)\b[^\]]*\]")
+_SECTION = re.compile(
+    r"^\[(?:status|stdout|stderr|result|display|error|warning|glue|process)\b[^\]]*\]")
 
 
 def _section_of(text: str, line: int) -> str:
@@ -183,9 +224,11 @@ def compare(block: Block, live: BlockResult, recorded: RecordedBlock | None,
         return Comparison("unrecorded")
     if block.varies and not block.normalize and recorded.status == live.status:
         return Comparison("unchecked")
-    expected = normalize(comparable_text(recorded.status, recorded.outputs, recorded.warnings),
+    expected = normalize(comparable_processes(recorded.status, recorded.outputs,
+                                              recorded.warnings, recorded.others),
                          block.normalize, normalizers)
-    actual = normalize(comparable_text(live.status, live.outputs, live.warnings),
+    actual = normalize(comparable_processes(live.status, live.outputs, live.warnings,
+                                            live.others),
                        block.normalize, normalizers)
     if expected == actual:
         return Comparison("match")

@@ -20,7 +20,7 @@ from .model import (
     Environment,
     Output,
 )
-from .record import Comparison, RecordedBlock
+from .record import Comparison, RecordedBlock, comparable_text
 
 API_NOTE_CATEGORIES = ("DeprecationWarning", "FutureWarning", "PendingDeprecationWarning")
 
@@ -176,15 +176,29 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
     if result.status == FAILED:
         text = f"This block failed: {result.failure}"
         body += nodes.paragraph(text, text, classes=["cell-failure"])
-    if not body.children:
+    differing = _differing_processes(result)
+    if not body.children and not differing:
         return cell
 
     caption = nodes.paragraph(classes=["cell-caption"])
     text = caption_text(live_env, verification)
+    if result.others:
+        count = len(result.others) + 1
+        text += (f" · process 0 of {count} shown" if differing
+                 else f" · all {count} processes printed the same")
     caption += nodes.Text(text)
     for note in _api_notes(result):
         caption += nodes.inline(note, note, classes=["cell-api-note"])
     body += caption
+    for other in differing:
+        shown = _output_nodes(other.outputs, "remove-stderr" in tags)
+        if other.failure:
+            note = f"Process {other.process} failed: {other.failure}"
+            shown.append(nodes.paragraph(note, note, classes=["cell-failure"]))
+        if not shown:
+            note = f"Process {other.process} printed nothing."
+            shown.append(nodes.paragraph(note, note, classes=["cell-caption"]))
+        body += _folded(f"Show process {other.process}'s output", "cell-process", *shown)
     if verification.comparison.verdict == "differs" and verification.recorded:
         body += _folded("Show the verified output", "cell-verified",
                         *_output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
@@ -202,6 +216,13 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
     return cell
 
 
+def _differing_processes(result: BlockResult) -> list:
+    """The further processes of a multi-process page whose output differs from process 0's."""
+    mine = comparable_text("", result.outputs, result.warnings)
+    return [other for other in result.others
+            if comparable_text("", other.outputs, other.warnings) != mine or other.failure]
+
+
 def _folded(summary: str, kind: str, *content: nodes.Node) -> reveal:
     folded = reveal(summary=summary, classes=[kind])
     folded.extend(content)
@@ -217,4 +238,9 @@ def failure_report(block: Block, result: BlockResult) -> str:
     captured = [o for o in result.outputs if o.kind in ("stdout", "stderr") and o.text]
     for output in captured:
         lines.append(f"--- captured {output.kind} ---\n{output.text.rstrip()}")
+    for other in result.others:  # a multi-process page: what each further process did
+        shown = [o for o in other.outputs if o.kind in ("error", "stdout", "stderr") and o.text]
+        for output in shown:
+            lines.append(f"--- process {other.process}: {output.kind} ---\n"
+                         f"{output.text.rstrip()}")
     return "\n".join(lines)

@@ -34,6 +34,7 @@ from .directive import code_cell
 from .execute import run_document
 from .gate import BlockGate
 from .model import CACHED, FAILED, NOT_RUN, SKIPPED, BlockResult, DocResult
+from .multiprocess import Slots
 from .record import Record, compare, normalizer_names, read_record, record_path
 from .render import Verification, failure_report, render_block
 
@@ -209,9 +210,11 @@ def _run_all(app: Sphinx, jobs: list) -> None:
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
     gate = BlockGate()
     cores = CorePool(config.worker_cores)
+    slots = Slots(config.jobs)
 
     def run(job):
-        with cores.take() as pinned:
+        # A page of N cooperating processes holds N slots (cores) while it runs.
+        with slots.hold(job.settings.processes), cores.take() as pinned:
             result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
                                   gate=gate, cores=pinned)
         status = "failed" if result.failed else "ok"

@@ -1,0 +1,5 @@
+extensions = ["myst_parser", "verified"]
+exclude_patterns = ["_build"]
+verified_jobs = 2
+verified_timeout = 60
+verified_env = {"JAX_PLATFORMS": "cpu"}
