@@ -227,14 +227,7 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
                         pass
                 elif kind == "start":
                     running = message["index"]
-                    now = time.monotonic()
-                    if "budget" not in limits and job.settings.budget:
-                        limits["budget"] = (now + job.settings.budget,
-                                            f"timed out after {job.settings.budget:g} s "
-                                            f"(the document's time budget)")
-                    timeout = _timeout_for(blocks_by_index[running], job, default_timeout)
-                    limits["block"] = (now + timeout,
-                                       f"timed out after {timeout:g} s (the block's time limit)")
+                    start_limits(limits, blocks_by_index[running], job, default_timeout)
                 elif kind == "block":
                     results.append(block_result_from_json(message["result"]))
                     running = None
@@ -277,6 +270,18 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
 
 def _timeout_for(block, job: DocJob, default_timeout: float) -> float:
     return block.timeout or job.settings.timeout or default_timeout
+
+
+def start_limits(limits: dict, block, job: DocJob, default_timeout: float) -> None:
+    """A block has started: its own time limit runs from now, and so does the page's
+    budget if this is the first block."""
+    now = time.monotonic()
+    if "budget" not in limits and job.settings.budget:
+        limits["budget"] = (now + job.settings.budget,
+                            f"timed out after {job.settings.budget:g} s "
+                            f"(the document's time budget)")
+    timeout = _timeout_for(block, job, default_timeout)
+    limits["block"] = (now + timeout, f"timed out after {timeout:g} s (the block's time limit)")
 
 
 def _kill(process: subprocess.Popen) -> None:

@@ -43,7 +43,7 @@ from .execute import (
     _describe_exit,
     _fallback_environment,
     _partial_outputs,
-    _timeout_for,
+    start_limits,
     worker_env,
 )
 from .gate import BlockGate
@@ -263,14 +263,7 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
                 break
             if running is not None and "block" not in limits and any(
                     w.running == running or running in w.results for w in workers):
-                now = time.monotonic()
-                if "budget" not in limits and job.settings.budget:
-                    limits["budget"] = (now + job.settings.budget,
-                                        f"timed out after {job.settings.budget:g} s "
-                                        f"(the document's time budget)")
-                timeout = _timeout_for(blocks[running], job, default_timeout)
-                limits["block"] = (now + timeout,
-                                   f"timed out after {timeout:g} s (the block's time limit)")
+                start_limits(limits, blocks[running], job, default_timeout)
             # Every process is ready for the same block: let them all start it together.
             indexes = {w.ready for w in workers}
             if len(indexes) == 1 and None not in indexes and running is None:
