@@ -28,6 +28,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     "verified_normalizers": ({}, "env", (dict,)),
     # doctest and record only: the pages to execute (docnames); empty means every page.
     "verified_pages": ([], "", (list, tuple)),
+    # The other verified versions (`make matrix`): "0.4.38" runs under .venv-jax-0.4.38, or
+    # {"version": ..., "python": interpreter, "env": {...}} (matrix.py).
+    "verified_matrix": ([], "env", (list, tuple)),
 }
 
 
@@ -43,6 +46,7 @@ class ExecutionConfig:
     report_path: Path
     normalizers: dict[str, tuple[tuple[str, str], ...]]
     pages: frozenset[str] = frozenset()
+    matrix: tuple = ()  # matrix.MatrixVersion, one per other verified version
 
 
 def register(app: Sphinx) -> None:
@@ -89,7 +93,17 @@ def validate(app: Sphinx) -> ExecutionConfig:
                      else build_root / "execution-report.json"),
         normalizers=_validate_normalizers(config.verified_normalizers),
         pages=frozenset(pages),
+        matrix=_matrix_versions(config.verified_matrix, confdir),
     )
+
+
+def _matrix_versions(value: Any, confdir: Path) -> tuple:
+    from .matrix import parse_versions
+
+    try:
+        return parse_versions(value, confdir)
+    except ValueError as err:
+        raise ConfigError(f"verified_matrix: {err}") from None
 
 
 def _validate_normalizers(value: Any) -> dict[str, tuple[tuple[str, str], ...]]:

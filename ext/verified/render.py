@@ -127,9 +127,11 @@ def _api_notes(result: BlockResult) -> list[str]:
 
 def render_block(block: Block, result: BlockResult, live_env: Environment,
                  verification: Verification,
-                 prompt: nodes.paragraph | None = None) -> nodes.container:
+                 prompt: nodes.paragraph | None = None,
+                 matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
     """The whole cell: input, outputs, warnings, caption; tags decide what shows.
-    ``prompt`` is the predict prompt as parsed by the directive (inline markup kept)."""
+    ``prompt`` is the predict prompt as parsed by the directive (inline markup kept);
+    ``matrix_notes`` are the other versions' verdicts (matrix.py), under the caption."""
     tags = set(block.tags)
     cell = nodes.container(classes=["cell", f"cell-{result.status}"])
     if "remove-cell" in tags:
@@ -150,6 +152,7 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
         cell += nodes.paragraph(note, note, classes=["cell-caption", "cell-not-run"])
         return cell
     if "remove-output" in tags:
+        cell.extend(matrix_notes or [])
         return cell
 
     body = nodes.container(classes=["cell-output-area"])
@@ -161,6 +164,7 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
         text = f"This block failed: {result.failure}"
         body += nodes.paragraph(text, text, classes=["cell-failure"])
     if not body.children:
+        cell.extend(matrix_notes or [])
         return cell
 
     caption = nodes.paragraph(classes=["cell-caption"])
@@ -172,6 +176,7 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
     if verification.comparison.verdict == "differs" and verification.recorded:
         body += _folded("Show the verified output", "cell-verified",
                         *_output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
+    body.extend(matrix_notes or [])
 
     if block.predict is not None:
         if prompt is None:

@@ -330,7 +330,7 @@ def main() -> None:
         emit({"event": "start", "index": block["index"]})
         block_result = run_block(shell, block, capture, sink)
         emit({"event": "block", "result": block_result})
-        if block_result["status"] == "failed":
+        if block_result["status"] == "failed" and not job.get("keep_going"):
             break
     emit({"event": "environment", "environment": _environment()})
     emit({"event": "done"})
