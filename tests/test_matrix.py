@@ -212,3 +212,19 @@ def test_record_keeps_the_matrix_records(tmp_path):
     copy.build("matrix", fresh=True)
     copy.build("record", fresh=True)
     assert (copy.path / "record" / "matrix" / VERSION_DIR / "index.json").exists()
+
+
+def test_the_landing_statement_names_the_matrix_and_ignores_its_records(tmp_path):
+    from course.landing import record_listing, verification_statement
+    from verified.model import Environment
+    from verified.record import Record
+
+    env = Environment(python="3.11.7", jax="0.10.2", backend="cpu", cpu_count=2,
+                      date="2026-12-03")
+    text = verification_statement([Record("a", env, [])], None, ("0.4.38",))
+    assert "Every snippet is also run on jax 0.4.38: its caption says whether" in text
+    (tmp_path / "part1").mkdir()
+    (tmp_path / "part1" / "a.json").write_text("{}")
+    (tmp_path / "matrix" / "jax-0.4.38" / "part1").mkdir(parents=True)
+    (tmp_path / "matrix" / "jax-0.4.38" / "part1" / "a.json").write_text("{}")
+    assert record_listing(tmp_path) == ["part1/a"]
