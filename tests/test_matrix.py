@@ -115,6 +115,9 @@ def test_matrix_record_statuses(matrix_site):
     assert data["blocks"][6]["error"] == "NameError: name 'never_defined' is not defined"
     report = json.loads((copy.path / "_build" / "matrix" / "execution-report.json").read_text())
     assert {row["version"] for row in report["blocks"]} == {"0.0-old"}
+    # The main build's report names its version too (None here: the test root runs no JAX).
+    main = json.loads((copy.path / "_build" / "execution-report.json").read_text())
+    assert main["builder"] == "html" and all("version" in row for row in main["blocks"])
     assert matrix.app.statuscode == 0
 
 
