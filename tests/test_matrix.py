@@ -231,3 +231,17 @@ def test_the_landing_statement_names_the_matrix_and_ignores_its_records(tmp_path
     (tmp_path / "matrix" / "jax-0.4.38" / "part1").mkdir(parents=True)
     (tmp_path / "matrix" / "jax-0.4.38" / "part1" / "a.json").write_text("{}")
     assert record_listing(tmp_path) == ["part1/a"]
+
+
+def test_matrix_records_hold_no_local_path_time_or_id(tmp_path):
+    from verified.matrix import local_paths, quiet_log
+
+    venv = tmp_path / ".venv-jax-9.9"
+    clean = local_paths(MatrixVersion("9.9", venv / "bin" / "python"))
+    assert clean(f"ImportError: cannot import name 'AxisType' from 'jax.sharding' "
+                 f"({venv}/lib/python3.11/site-packages/jax/sharding.py)") == (
+        "ImportError: cannot import name 'AxisType' from 'jax.sharding' (<path>)")
+    assert clean(f"Command '['{venv}/bin/python', '/tmp/tmpab12/child.py']' died") == (
+        "Command '['.venv-jax-9.9/bin/python', '<path>']' died")
+    assert quiet_log("WARNING:2026-12-03 17:35:16,998:jax._src.pjit:1179: f id=139878503651808") \
+        == "WARNING:<time>:jax._src.pjit:1179: f id=<id>"

@@ -22,7 +22,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from docutils import nodes
 from sphinx.builders import Builder
@@ -41,7 +41,7 @@ from .model import (
     Output,
     WarningRecord,
 )
-from .record import RecordedBlock, compare, source_digest
+from .record import BUILTIN_NORMALIZERS, RecordedBlock, compare, source_digest
 
 logger = logging.getLogger(__name__)
 
@@ -189,21 +189,54 @@ def error_line(result: BlockResult) -> str:
     return result.failure or ""
 
 
+_PATH_IN_PARENS = re.compile(r"\((/[^\s()'\"]+)\)")
+
+
+def local_paths(version: MatrixVersion) -> Callable[[str], str]:
+    """Takes this checkout's paths out of a text: the version's virtualenv becomes its name
+    (``.venv-jax-0.4.38``), temporary and site-packages paths ``<path>`` (an ImportError
+    names the module's file), so that the record reads the same from any clone."""
+    venv = str(Path(version.python).parent.parent)
+    paths = BUILTIN_NORMALIZERS["paths"]
+
+    def clean(text: str) -> str:
+        text = _PATH_IN_PARENS.sub("(<path>)", text)  # ImportError: ... (/…/module.py)
+        return paths(text).replace(venv, f".venv-{version.dirname}")
+
+    return clean
+
+
+_LOG_TIME = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+")
+
+
+def quiet_log(text: str) -> str:
+    """What changes from run to run in a log line on stderr (an older JAX logs with the time,
+    object ids and addresses): replaced, so that ``make matrix-doctest`` compares the rest."""
+    text = _LOG_TIME.sub("<time>", text)
+    return BUILTIN_NORMALIZERS["addresses"](BUILTIN_NORMALIZERS["ids"](text))
+
+
 def make_matrix_record(blocks: tuple[Block, ...], result: DocResult,
                        version: MatrixVersion) -> MatrixRecord:
     because = dependent_failures(blocks, result.blocks)
+    clean = local_paths(version)
     recorded = []
     for block, block_result in zip(blocks, result.blocks):
         status = block_result.status
         if block.index in because:
             status = FAILED_BECAUSE
+        outputs = [_recorded_output(o) for o in block_result.outputs]
+        for output in outputs:
+            output.text = clean(output.text)
+            if output.kind == "stderr":
+                output.text = quiet_log(output.text)
         recorded.append(MatrixBlock(
             line=block.line,
             source_sha256=source_digest(block.source),
             status=status,
-            outputs=[_recorded_output(o) for o in block_result.outputs],
+            outputs=outputs,
             warnings=list(block_result.warnings),
-            error=error_line(block_result) if status in (FAILED, FAILED_BECAUSE) else "",
+            error=clean(error_line(block_result)) if status in (FAILED, FAILED_BECAUSE) else "",
             because=because.get(block.index),
         ))
     return MatrixRecord(docname=result.docname, version=version.version,
