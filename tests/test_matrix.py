@@ -245,3 +245,15 @@ def test_matrix_records_hold_no_local_path_time_or_id(tmp_path):
         "Command '['.venv-jax-9.9/bin/python', '<path>']' died")
     assert quiet_log("WARNING:2026-12-03 17:35:16,998:jax._src.pjit:1179: f id=139878503651808") \
         == "WARNING:<time>:jax._src.pjit:1179: f id=<id>"
+
+
+def test_matrix_varies_names_blocks_by_page_and_source():
+    from types import SimpleNamespace
+
+    from verified.matrix import as_on_matrix
+
+    config = SimpleNamespace(matrix_varies={"p": ("faster than",)})
+    timed, plain = _blocks("print('faster than compiling:', a < b)", "print(1)")
+    assert as_on_matrix(config, "p", timed).varies
+    assert not as_on_matrix(config, "p", plain).varies
+    assert not as_on_matrix(config, "other", timed).varies

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     # The other verified versions (`make matrix`): "0.4.38" runs under .venv-jax-0.4.38, or
     # {"version": ..., "python": interpreter, "env": {...}} (matrix.py).
     "verified_matrix": ([], "env", (list, tuple)),
+    # {page: [a piece of a block's source, ...]}: blocks whose output varies on the other
+    # versions only; the matrix checks that they run, not what they print.
+    "verified_matrix_varies": ({}, "env", (dict,)),
 }
 
 
@@ -47,6 +50,7 @@ class ExecutionConfig:
     normalizers: dict[str, tuple[tuple[str, str], ...]]
     pages: frozenset[str] = frozenset()
     matrix: tuple = ()  # matrix.MatrixVersion, one per other verified version
+    matrix_varies: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def register(app: Sphinx) -> None:
@@ -94,7 +98,18 @@ def validate(app: Sphinx) -> ExecutionConfig:
         normalizers=_validate_normalizers(config.verified_normalizers),
         pages=frozenset(pages),
         matrix=_matrix_versions(config.verified_matrix, confdir),
+        matrix_varies=_matrix_varies(config.verified_matrix_varies),
     )
+
+
+def _matrix_varies(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict) or not all(
+            isinstance(page, str) and isinstance(pieces, (list, tuple))
+            and all(isinstance(piece, str) and piece for piece in pieces)
+            for page, pieces in value.items()):
+        raise ConfigError(f"verified_matrix_varies must map pages to lists of source pieces, "
+                          f"got {value!r}")
+    return {page: tuple(pieces) for page, pieces in value.items()}
 
 
 def _matrix_versions(value: Any, confdir: Path) -> tuple:

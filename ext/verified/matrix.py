@@ -206,6 +206,7 @@ def local_paths(version: MatrixVersion) -> Callable[[str], str]:
     return clean
 
 
+_OBJECT_AT = re.compile(r"\bat 0x[0-9a-fA-F]+")  # a Python object's repr: ``<function f at 0x…>``
 _LOG_TIME = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+")
 
 
@@ -227,7 +228,7 @@ def make_matrix_record(blocks: tuple[Block, ...], result: DocResult,
             status = FAILED_BECAUSE
         outputs = [_recorded_output(o) for o in block_result.outputs]
         for output in outputs:
-            output.text = clean(output.text)
+            output.text = _OBJECT_AT.sub("at 0x…", clean(output.text))
             if output.kind == "stderr":
                 output.text = quiet_log(output.text)
         recorded.append(MatrixBlock(
@@ -408,12 +409,23 @@ class MatrixRecords:
     def verdicts(self, docname: str, block: Block, blocks: tuple[Block, ...],
                  main: RecordedBlock | None) -> list[Verdict]:
         found = []
+        block = as_on_matrix(self.config, docname, block)
         for version in self.config.matrix:
             result = verdict(block, blocks, main, self.get(version, docname), version,
                              self.config.normalizers)
             if result is not None:
                 found.append(result)
         return found
+
+
+def as_on_matrix(config, docname: str, block: Block) -> Block:
+    """The block as the matrix compares it: ``verified_matrix_varies`` names blocks whose
+    output varies from run to run on the other versions only (what the page measures does
+    not work there), by page and a piece of their source."""
+    for piece in config.matrix_varies.get(docname, ()):
+        if piece in block.source:
+            return dataclasses.replace(block, varies=True)
+    return block
 
 
 def block_anchor(block: Block) -> str:
@@ -629,7 +641,8 @@ class MatrixDoctestBuilder(_MatrixBuilder):
                                           source_sha256=recorded.source_sha256,
                                           status=recorded.status, outputs=recorded.outputs,
                                           warnings=recorded.warnings)
-                comparison = compare(block, now.as_result(block.index), main_like,
+                comparison = compare(as_on_matrix(build.config, docname, block),
+                                     now.as_result(block.index), main_like,
                                      build.config.normalizers, version.version)
                 if comparison.verdict in ("match", "unchecked"):
                     doc_passed += 1
@@ -696,8 +709,8 @@ def page_matrices(build, env) -> list[PageMatrix]:
             rows = verdicts.setdefault(version.version, [])
             for block in found.job.blocks:
                 main = record.block_for(block) if record else None
-                item = verdict(block, found.job.blocks, main, matrix, version,
-                               build.config.normalizers)
+                item = verdict(as_on_matrix(build.config, docname, block), found.job.blocks,
+                               main, matrix, version, build.config.normalizers)
                 if item is not None:
                     rows.append((block, item))
         pages.append(PageMatrix(docname, found.job.blocks, verdicts))
