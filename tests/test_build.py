@@ -108,7 +108,7 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, hex, ids, paths, xla-log [verified.option]",
         "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",
         "badraises.md:4: WARNING: 'code-cell': Invalid option value for 'raises': not a name: expected an exception type name, got 'not a name' [myst.directive_option]",
-        "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
+        "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: exercise-check, exercise-solution, exercise-starter, hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
         "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
         "badtolerance.md:4: WARNING: 'code-cell': Invalid option value for 'tolerance': rtol=lots: rtol must be a number, got 'lots' [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
@@ -212,6 +212,17 @@ def test_record_then_doctest_passes(site):
     output = (checked.outdir / "output.txt").read_text()
     assert output.splitlines()[-1] == f"{BASIC_BLOCKS} passed, 0 failed"
     assert "index: 10 passed, 0 failed" in output
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_one_core_per_worker_is_what_the_record_says(site):
+    """The one-core portability profile: every page's interpreter ran on one core."""
+    copy = site("basic")
+    assert copy.build("record", fresh=True,
+                      confoverrides={"verified_worker_cores": 1}).app.statuscode == 0
+    for page in ("index", "other"):
+        environment = json.loads((copy.path / "record" / f"{page}.json").read_text())["environment"]
+        assert environment["cores"] == 1
 
 
 def test_doctest_reports_a_mismatch_with_a_diff(site):

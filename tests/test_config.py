@@ -20,6 +20,8 @@ BAD_VALUES = [
     ("verified_normalizers", {"n": []}, "must be a non-empty list"),
     ("verified_pages", [""], "verified_pages must be a list of page names"),
     ("verified_pages", [3], "verified_pages must be a list of page names"),
+    ("verified_worker_cores", -1, "verified_worker_cores must be an integer from 0"),
+    ("verified_worker_cores", 4096, "verified_worker_cores must be an integer from 0"),
 ]
 
 

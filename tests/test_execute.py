@@ -158,6 +158,24 @@ def test_page_environment_variables_and_environment():
     assert result.environment.cpu_count and result.environment.date
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_pinned_interpreter_sees_only_its_cores():
+    """``verified_worker_cores``: the page's interpreter (and what it starts) is narrowed to
+    the cores it was given, and the engine's variable does not leak into the page."""
+    core = max(os.sched_getaffinity(0))
+    blocks = (Block(index=0, line=1, source=(
+        "import os, subprocess, sys\n"
+        "print(sorted(os.sched_getaffinity(0)), 'VERIFIED_CPU_AFFINITY' in os.environ)\n"
+        "print(subprocess.run([sys.executable, '-c', 'import os; print(len(os.sched_getaffinity(0)))'],"
+        " capture_output=True, text=True).stdout, end='')")),)
+    job = DocJob("page", "page.md", DocSettings(), blocks, key="k")
+    pinned = run_document(job, default_timeout=30, extra_env={}, cores=(core,))
+    assert kinds(pinned.blocks[0]) == [("stdout", f"[{core}] False\n1\n")]
+    assert pinned.environment.cores == 1
+    free = run_document(job, default_timeout=30, extra_env={})
+    assert free.environment.cores == len(os.sched_getaffinity(0))
+
+
 def test_interpreter_that_never_starts(monkeypatch):
     import verified.execute as execute
 

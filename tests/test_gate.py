@@ -3,6 +3,7 @@ with no other block running; pages run longest first."""
 
 from __future__ import annotations
 
+import os
 import json
 import threading
 import time
@@ -56,3 +57,17 @@ def test_exclusive_blocks_never_overlap_another_block(site):
     index = [row for row in rows if row["docname"] == "index" and not row["exclusive"]]
     other = [row for row in rows if row["docname"] == "other" and not row["exclusive"]]
     assert any(_overlap(a, b) for a in index for b in other)
+
+
+def test_core_pool_gives_each_running_page_cores_no_other_has():
+    from verified.schedule import CorePool
+
+    usable = sorted(os.sched_getaffinity(0))
+    pool = CorePool(1)
+    with pool.take() as first:
+        if len(usable) > 1:
+            with pool.take() as second:
+                assert len(first) == len(second) == 1 and first != second
+        assert set(first) <= set(usable)
+    with CorePool(0).take() as unpinned:
+        assert unpinned == ()

@@ -69,17 +69,30 @@ def setup_cell(environment: dict[str, str]) -> nbformat.NotebookNode:
 def make_notebook(source: Path, result: DocResult | None,
                   environment: dict[str, str] | None = None) -> nbformat.NotebookNode:
     """The page as a notebook with this build's outputs; ``environment`` (the page's
-    execution variables) becomes a first cell that sets them."""
+    execution variables) becomes a first cell that sets them. Exercise solutions are left
+    out: the reader fills in the starter and runs the check."""
     notebook = jupytext.read(source, fmt="md:myst")
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for cell, block_result in zip(code_cells, result.blocks if result else []):
         cell.outputs = notebook_outputs(block_result)
         if block_result.status not in ("skipped", "not-run"):
             cell.execution_count = block_result.index + 1
+    notebook.cells = [cell for cell in notebook.cells if not _has_tag(cell, "exercise-solution")]
+    for cell in notebook.cells:
+        if _has_tag(cell, "exercise-check"):
+            # Without the solution the check tests the reader's starter; run-all (nbclient,
+            # nbconvert --execute) goes on past it, as the reader will.
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata["tags"] = [*cell.metadata["tags"], "raises-exception"]
     if environment:
         first = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
         notebook.cells.insert(first, setup_cell(environment))
     return notebook
+
+
+def _has_tag(cell: nbformat.NotebookNode, tag: str) -> bool:
+    return tag in cell.get("metadata", {}).get("tags", [])
 
 
 def page_environment_of(app: Sphinx, docname: str) -> dict[str, str]:

@@ -126,10 +126,42 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
             continue
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options,
                              settings))
+    problems.extend(exercise_problems(blocks))
     for line in _nested_cell_lines(_parser().parse(text), 0):
         problems.append(Problem(line, "code-cell must be at the top level of the page "
                                 "(a cell nested in another directive cannot run)", "nested"))
     return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems)
+
+
+EXERCISE_ROLES = ("exercise-starter", "exercise-solution", "exercise-check")
+_EXPECTED_NEXT = {"exercise-starter": "exercise-solution", "exercise-solution": "exercise-check"}
+
+
+def exercise_problems(blocks: list[Block]) -> list[Problem]:
+    """An exercise is ``[starter] solution check``, adjacent: the check must test the
+    solution that the notebook download removes, and a starter is the solution's stand-in."""
+    problems = []
+    roles = []
+    for block in blocks:
+        tagged = [tag for tag in block.tags if tag in EXERCISE_ROLES]
+        if len(tagged) > 1:
+            problems.append(Problem(block.line, f"a block has one exercise role, not "
+                                    f"{', '.join(tagged)}", "exercise"))
+        roles.append(tagged[0] if len(tagged) == 1 else None)
+    for position, (block, role) in enumerate(zip(blocks, roles)):
+        following = roles[position + 1] if position + 1 < len(roles) else None
+        previous = roles[position - 1] if position else None
+        if role in _EXPECTED_NEXT and following != _EXPECTED_NEXT[role]:
+            problems.append(Problem(block.line, f"{role} must be followed directly by an "
+                                    f"{_EXPECTED_NEXT[role]} block", "exercise"))
+        if role == "exercise-check" and previous != "exercise-solution":
+            problems.append(Problem(block.line, "exercise-check must follow directly an "
+                                    "exercise-solution block (the check tests the solution)",
+                                    "exercise"))
+        if role == "exercise-solution" and (block.skip or block.raises is not None):
+            problems.append(Problem(block.line, "an exercise-solution must run and must not "
+                                    "raise (its check decides whether it is right)", "exercise"))
+    return sorted(problems, key=lambda problem: problem.line)
 
 
 def _block(index: int, line: int, source: str, options: dict,
@@ -163,7 +195,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def environment_identity(extra_env: dict[str, str]) -> dict:
+def environment_identity(extra_env: dict[str, str], worker_cores: int = 0) -> dict:
     """The parts of the executing environment that can change an output."""
     return {
         "worker": hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest(),
@@ -173,9 +205,9 @@ def environment_identity(extra_env: dict[str, str]) -> dict:
         "platform": f"{sys.platform}-{platform.machine()}",
         "env": sorted(extra_env.items()),
         # XLA:CPU rounds by instruction set and thread count: an ISA cap or fewer cores
-        # (taskset) is another output.
+        # (taskset, verified_worker_cores) is another output.
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "cores": usable_cores(),
+        "cores": worker_cores or usable_cores(),
     }
 
 

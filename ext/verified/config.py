@@ -34,6 +34,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     # {page: [a piece of a block's source, ...]}: blocks whose output varies on the other
     # versions only; the matrix checks that they run, not what they print.
     "verified_matrix_varies": ({}, "env", (dict,)),
+    # Cores of its own for each page's interpreter (0: it may use every usable core). XLA
+    # sizes its thread pool from them: 1 is the one-core profile, pages still side by side.
+    "verified_worker_cores": (0, "", (int,)),
 }
 
 
@@ -51,6 +54,7 @@ class ExecutionConfig:
     pages: frozenset[str] = frozenset()
     matrix: tuple = ()  # matrix.MatrixVersion, one per other verified version
     matrix_varies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    worker_cores: int = 0
 
 
 def register(app: Sphinx) -> None:
@@ -84,6 +88,15 @@ def validate(app: Sphinx) -> ExecutionConfig:
             isinstance(page, str) and page for page in pages):
         raise ConfigError(f"verified_pages must be a list of page names, got {pages!r}")
 
+    worker_cores = config.verified_worker_cores
+    usable = usable_cores()
+    if (isinstance(worker_cores, bool) or not isinstance(worker_cores, int)
+            or not 0 <= worker_cores <= usable):
+        raise ConfigError(f"verified_worker_cores must be an integer from 0 (every usable core) "
+                          f"to {usable} (the usable cores), got {worker_cores!r}")
+    if worker_cores:
+        jobs = min(jobs or usable, usable // worker_cores)
+
     confdir = Path(app.confdir)
     build_root = Path(app.outdir).parent
     return ExecutionConfig(
@@ -99,6 +112,7 @@ def validate(app: Sphinx) -> ExecutionConfig:
         pages=frozenset(pages),
         matrix=_matrix_versions(config.verified_matrix, confdir),
         matrix_varies=_matrix_varies(config.verified_matrix_varies),
+        worker_cores=worker_cores,
     )
 
 

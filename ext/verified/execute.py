@@ -33,6 +33,7 @@ from .model import (
 )
 
 WORKER = Path(__file__).with_name("worker.py")
+AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
 STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
 # Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
 # and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.
@@ -56,9 +57,10 @@ def page_environment(settings: DocSettings, extra_env: dict[str, str],
 
 
 def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str,
-               collective_flags: bool = True) -> dict[str, str]:
+               cores: tuple[int, ...] = (), collective_flags: bool = True) -> dict[str, str]:
     """The worker's environment: ours, then the page's (XLA flags of ours, such as a
-    portability profile's ISA cap, are kept in front of the page's)."""
+    portability profile's ISA cap, are kept in front of the page's). ``cores`` reach the
+    worker as ``VERIFIED_CPU_AFFINITY``; it pins itself before anything sizes a thread pool."""
     env = dict(os.environ)
     for name, value in page_environment(job.settings, extra_env, collective_flags).items():
         if name == "XLA_FLAGS" and os.environ.get("XLA_FLAGS"):
@@ -69,6 +71,8 @@ def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str,
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONHASHSEED", "0")
+    if cores:
+        env[AFFINITY_VARIABLE] = ",".join(map(str, cores))
     return env
 
 
@@ -114,10 +118,12 @@ def _describe_exit(returncode: int) -> str:
 
 
 def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str],
-                 gate: BlockGate | None = None, python: str | None = None,
-                 keep_going: bool = False, collective_flags: bool = True) -> DocResult:
+                 gate: BlockGate | None = None, cores: tuple[int, ...] = (),
+                 python: str | None = None, keep_going: bool = False,
+                 collective_flags: bool = True) -> DocResult:
     """Runs every block of ``job`` in one fresh interpreter and returns what happened.
     ``gate`` is shared by the pages running at once: each block passes it first.
+    ``cores``, if given, are the only cores the interpreter may use.
     The version matrix (matrix.py) runs another ``python``, goes on after a failed block
     (``keep_going``) and leaves out XLA flags the older XLA does not know."""
     started = time.perf_counter()
@@ -129,7 +135,8 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
             os.mkdir(folder)
         results, environment = _drive_worker(
             job, capture_dir, workdir, ipython_dir, default_timeout, extra_env,
-            gate or BlockGate(), python or sys.executable, keep_going, collective_flags)
+            gate or BlockGate(), cores, python or sys.executable, keep_going,
+            collective_flags)
     by_index = {result.index: result for result in results}
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
@@ -138,7 +145,7 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
 
 
 def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env, gate,
-                  python, keep_going, collective_flags):
+                  cores=(), python=sys.executable, keep_going=False, collective_flags=True):
     read_fd, write_fd = os.pipe()
     control_read, control_write = os.pipe()
     stderr_path = os.path.join(capture_dir, "worker.stderr")
@@ -157,7 +164,7 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
         stdout=subprocess.DEVNULL,
         stderr=stderr_file,
         cwd=workdir,
-        env=worker_env(job, extra_env, ipython_dir, collective_flags),
+        env=worker_env(job, extra_env, ipython_dir, cores, collective_flags),
         pass_fds=(write_fd, control_read),
         start_new_session=True,
     )

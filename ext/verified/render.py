@@ -131,7 +131,20 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
                  matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
     """The whole cell: input, outputs, warnings, caption; tags decide what shows.
     ``prompt`` is the predict prompt as parsed by the directive (inline markup kept);
-    ``matrix_notes`` are the other versions' verdicts (matrix.py), under the caption."""
+    ``matrix_notes`` are the other versions' verdicts (matrix.py), under the caption.
+    An exercise's solution, code and output, is folded whole."""
+    cell = _render_cell(block, result, live_env, verification, prompt, matrix_notes)
+    if "exercise-solution" not in block.tags or not cell.children:
+        return cell
+    folded = nodes.container(classes=["cell", f"cell-{result.status}", "exercise-solution"])
+    folded += _folded("Show solution", "exercise-solution", *cell.children)
+    return folded
+
+
+def _render_cell(block: Block, result: BlockResult, live_env: Environment,
+                 verification: Verification,
+                 prompt: nodes.paragraph | None,
+                 matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
     tags = set(block.tags)
     cell = nodes.container(classes=["cell", f"cell-{result.status}"])
     if "remove-cell" in tags:
@@ -143,6 +156,10 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
         code_box += code
         cell += _folded("Show code", "hide-input", code_box) if "hide-input" in tags else code_box
 
+    if result.status == SKIPPED and "exercise-starter" in tags:
+        note = "Starter: write your code here; the check after the solution tests it."
+        cell += nodes.paragraph(note, note, classes=["cell-caption", "exercise-starter"])
+        return cell
     if result.status == SKIPPED:
         note = "Not executed (skip-execution)."
         cell += nodes.paragraph(note, note, classes=["cell-caption"])

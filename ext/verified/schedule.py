@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import queue
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -88,7 +91,7 @@ def on_builder_inited(app: Sphinx) -> None:
     _STATES[app.config] = BuildState(
         config=validated,
         cache=ExecutionCache(validated.cache_dir),
-        identity=environment_identity(validated.env),
+        identity=environment_identity(validated.env, validated.worker_cores),
         fresh=app.builder.name in FRESH_BUILDERS,
         matrix=MatrixRecords(validated),
     )
@@ -178,6 +181,30 @@ def longest_first(jobs: list, durations: dict[str, float]) -> list:
                                          -durations.get(job.docname, 0.0), job.docname))
 
 
+class CorePool:
+    """Hands each running page ``per_worker`` cores that no other running page has
+    (``verified_worker_cores``); with 0, every page may use every usable core."""
+
+    def __init__(self, per_worker: int):
+        self.per_worker = per_worker
+        self.free: queue.Queue[tuple[int, ...]] = queue.Queue()
+        if per_worker:
+            usable = sorted(os.sched_getaffinity(0))
+            for start in range(0, len(usable) - per_worker + 1, per_worker):
+                self.free.put(tuple(usable[start:start + per_worker]))
+
+    @contextmanager
+    def take(self):
+        if not self.per_worker:
+            yield ()
+            return
+        pinned = self.free.get()
+        try:
+            yield pinned
+        finally:
+            self.free.put(pinned)
+
+
 def _run_all(app: Sphinx, jobs: list) -> None:
     build = state(app)
     config = build.config
@@ -186,10 +213,12 @@ def _run_all(app: Sphinx, jobs: list) -> None:
     exclusive = longest_first([job for job in jobs if job.settings.exclusive], durations)
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
     gate = BlockGate()
+    cores = CorePool(config.worker_cores)
 
     def run(job):
-        result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
-                              gate=gate)
+        with cores.take() as pinned:
+            result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
+                                  gate=gate, cores=pinned)
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")

@@ -300,7 +300,17 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     }
 
 
+def pin_to_cores() -> None:
+    """Narrows this interpreter to the cores the engine gave it (``verified_worker_cores``),
+    before XLA or a BLAS sizes its thread pool from the usable cores; the variable is
+    removed so that the page sees the environment a reader's interpreter would."""
+    cores = os.environ.pop("VERIFIED_CPU_AFFINITY", "")
+    if cores:
+        os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
+
+
 def main() -> None:
+    pin_to_cores()
     events = _open_events(int(sys.argv[1]))
     control = os.fdopen(int(sys.argv[2]), "r", encoding="utf-8")
     job = json.load(sys.stdin)
