@@ -1,4 +1,5 @@
-# Readers: `make html`.  Maintainers: `make test`, `make doctest`, `make record`, `make bench`.
+# Readers: `make html`.  Maintainers: `make test`, `make doctest`, `make record`, `make matrix`,
+# `make bench`.
 # Every target creates the virtualenv from the pinned requirements first, if it is missing or stale.
 
 PYTHON     ?= python3
@@ -11,13 +12,23 @@ SPHINX     := $(BIN)/sphinx-build -c . $(SPHINXOPTS)
 # `make doctest PAGES=part1/04-autodiff,part2/12-training-run` executes only those pages.
 ONLY       := $(if $(PAGES),-D verified_pages=$(PAGES))
 
-.PHONY: html doctest record portability test bench bench-exclusivity serve clean venv
+# The other verified JAX versions, named once: `verified_matrix` in conf.py (a one-line list).
+# Each has its pinned requirements-jax-VERSION.txt and its virtualenv .venv-jax-VERSION.
+MATRIX_VERSIONS := $(shell sed -n 's/^verified_matrix *= *\[\(.*\)\].*/\1/p' conf.py | tr -d "\"',")
+MATRIX_VENVS    := $(foreach v,$(MATRIX_VERSIONS),.venv-jax-$(v)/.installed)
+
+.PHONY: html doctest record portability matrix matrix-doctest test bench bench-exclusivity serve clean venv
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+.venv-jax-%/.installed: requirements-jax-%.txt
+	test -x .venv-jax-$*/bin/python || $(PYTHON) -m venv .venv-jax-$*
+	.venv-jax-$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
 	touch $@
 
 html: venv
@@ -31,6 +42,14 @@ doctest: venv
 record: venv
 	$(SPHINX) -E -b record source $(BUILD)/record -d $(BUILD)/doctrees-record $(ONLY)
 
+# Runs every page under each other verified version and writes record/matrix/jax-VERSION/.
+matrix: venv $(MATRIX_VENVS)
+	$(SPHINX) -E -b matrix source $(BUILD)/matrix -d $(BUILD)/doctrees-matrix $(ONLY)
+
+# Re-runs every page under each other verified version and compares with its matrix record.
+matrix-doctest: venv $(MATRIX_VENVS)
+	$(SPHINX) -E -b matrix-doctest source $(BUILD)/matrix-doctest -d $(BUILD)/doctrees-matrix-doctest $(ONLY)
+
 # `make doctest` three ways: natively, as an older CPU (XLA limited to AVX) and on one core.
 portability: venv
 	PYTHONPATH=ext $(BIN)/python -m verified.portability $(SPHINX) $(ONLY)
@@ -41,6 +60,7 @@ test: venv
 	$(BIN)/python -m pytest tests -m "not jax"
 	$(MAKE) portability
 	$(BIN)/python -m pytest tests -m jax
+	$(MAKE) matrix-doctest
 
 bench: venv
 	$(BIN)/python bench/run.py

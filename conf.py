@@ -38,6 +38,12 @@ copybutton_selector = "div.cell-input pre, div.highlight-python pre"
 # The course is verified on CPU; pin the backend so a machine with a GPU runs the same thing.
 verified_env = {"JAX_PLATFORMS": "cpu"}
 verified_timeout = 300
+# The other verified versions (`make matrix`): each runs under .venv-jax-VERSION, created from
+# requirements-jax-VERSION.txt. Keep this list on one line (the Makefile reads it).
+verified_matrix = ["0.4.38"]
+# jax 0.4.38 writes nothing to the compilation cache on CPU: "read from the cache, faster than
+# compiling" compares two compilations there, and either can win.
+verified_matrix_varies = {"part2/11-performance": ["faster than compiling it"]}
 
 # Every page of JAX 101, 201 and 301 and the Sharp Bits must be assigned in some chapter.
 course_require_all_readings = True

@@ -8,6 +8,7 @@ from pathlib import Path
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
+from verified.matrix import MATRIX_DIR
 from verified.record import read_record, record_path
 from verified.schedule import state
 
@@ -17,8 +18,10 @@ NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"
                 9: "nine", 10: "ten", 12: "twelve", 16: "sixteen"}
 
 
-def verification_statement(records: list, sharding_devices: int | None) -> str:
-    """The sentence under the course's promise, made from what the record says."""
+def verification_statement(records: list, sharding_devices: int | None,
+                           matrix_versions: tuple[str, ...] = ()) -> str:
+    """The sentence under the course's promise, made from what the record says (and the
+    other verified versions, ``verified_matrix``)."""
     if not records:
         return ("Every snippet runs when the site is built, and printed outputs are real "
                 "outputs; no page has been verified yet.")
@@ -41,14 +44,23 @@ def verification_statement(records: list, sharding_devices: int | None) -> str:
     if sharding_devices and sharding_devices > 1:
         count = NUMBER_WORDS.get(sharding_devices, str(sharding_devices))
         details.append(f"{count} host devices for the sharding chapter")
+    if matrix_versions:
+        others = " and ".join(f"jax {v}" for v in matrix_versions)
+        return (f"Every snippet ran before it was printed ({'; '.join(details)}), and printed "
+                f"outputs are real outputs. Every snippet is also run on {others}: its caption "
+                f"says whether the output there is the same or differs, or what that version "
+                f"raises, and the Versions page counts them.")
     return (f"Every snippet ran before it was printed ({'; '.join(details)}), and printed "
             f"outputs are real outputs. Where the current API differs from the verified one, "
             f"the caption says so.")
 
 
 def record_listing(record_dir: Path) -> list[str]:
+    """The pages of the main record (the version matrix's records, under matrix/, are not)."""
     return sorted(path.relative_to(record_dir).with_suffix("").as_posix()
-                  for path in record_dir.rglob("*.json")) if record_dir.exists() else []
+                  for path in record_dir.rglob("*.json")
+                  if path.relative_to(record_dir).parts[0] != MATRIX_DIR) \
+        if record_dir.exists() else []
 
 
 def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
@@ -77,7 +89,8 @@ class VerificationStatementDirective(SphinxDirective):
             if path.exists():
                 sharding = read_record(record_dir, self.config.course_sharding_chapter)
         devices = sharding.environment.device_count if sharding else None
-        text = verification_statement(records, devices)
+        matrix_versions = tuple(v.version for v in state(self).config.matrix)
+        text = verification_statement(records, devices, matrix_versions)
         return [nodes.paragraph(text, text, classes=["course-verification"])]
 
 

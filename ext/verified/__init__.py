@@ -11,6 +11,9 @@ The pipeline, one module per phase:
                   (tolerance.py compares the numbers a block declared machine-rounded)
     render.py     turn a typed result into docutils nodes (glue.py: values prose inserts)
     builders.py   the ``doctest`` and ``record`` builders
+    matrix.py     the version matrix: every page also run under the other verified
+                  versions (``matrix``, ``matrix-doctest``), their verdicts in the
+                  captions, and the Versions page
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from . import config, glue, schedule
+from . import config, glue, matrix, schedule
 from .builders import RecordBuilder, VerifiedDoctestBuilder
 from .directive import CodeCellDirective, code_cell
 from .render import depart_reveal_html, depart_reveal_plain, reveal, visit_reveal_html, visit_reveal_plain
@@ -51,6 +54,10 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", schedule.on_doctree_read, priority=400)
     app.add_builder(VerifiedDoctestBuilder)
     app.add_builder(RecordBuilder)
+    app.add_builder(matrix.MatrixRecordBuilder)
+    app.add_builder(matrix.MatrixDoctestBuilder)
+    app.add_directive("versions-matrix", matrix.make_directive())
+    app.connect("env-get-outdated", matrix.versions_outdated)
     app.connect("builder-inited", schedule.on_builder_inited)
     app.connect("build-finished", _copy_static)
     app.add_css_file("verified.css")

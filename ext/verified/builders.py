@@ -13,6 +13,7 @@ from pathlib import Path
 from sphinx.builders import Builder
 from sphinx.util import logging
 
+from .matrix import MATRIX_DIR
 from .record import compare, make_record, record_path, write_record
 from .schedule import state
 
@@ -114,7 +115,10 @@ class RecordBuilder(_ExecutingBuilder):
             logger.info(f"recorded {docname} ({len(found.job.blocks)} blocks)")
         if build.config.pages:
             return  # a partial run keeps the other pages' records
-        for stale in Path(build.config.record_dir).rglob("*.json"):
+        record_dir = Path(build.config.record_dir)
+        for stale in record_dir.rglob("*.json"):
+            if stale.relative_to(record_dir).parts[0] == MATRIX_DIR:
+                continue  # the version matrix's records: `make matrix` keeps them
             if stale not in written:
                 stale.unlink()
                 logger.info(f"removed stale record {stale}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,12 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     "verified_normalizers": ({}, "env", (dict,)),
     # doctest and record only: the pages to execute (docnames); empty means every page.
     "verified_pages": ([], "", (list, tuple)),
+    # The other verified versions (`make matrix`): "0.4.38" runs under .venv-jax-0.4.38, or
+    # {"version": ..., "python": interpreter, "env": {...}} (matrix.py).
+    "verified_matrix": ([], "env", (list, tuple)),
+    # {page: [a piece of a block's source, ...]}: blocks whose output varies on the other
+    # versions only; the matrix checks that they run, not what they print.
+    "verified_matrix_varies": ({}, "env", (dict,)),
     # Cores of its own for each page's interpreter (0: it may use every usable core). XLA
     # sizes its thread pool from them: 1 is the one-core profile, pages still side by side.
     "verified_worker_cores": (0, "", (int,)),
@@ -46,6 +52,8 @@ class ExecutionConfig:
     report_path: Path
     normalizers: dict[str, tuple[tuple[str, str], ...]]
     pages: frozenset[str] = frozenset()
+    matrix: tuple = ()  # matrix.MatrixVersion, one per other verified version
+    matrix_varies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     worker_cores: int = 0
 
 
@@ -102,8 +110,29 @@ def validate(app: Sphinx) -> ExecutionConfig:
                      else build_root / "execution-report.json"),
         normalizers=_validate_normalizers(config.verified_normalizers),
         pages=frozenset(pages),
+        matrix=_matrix_versions(config.verified_matrix, confdir),
+        matrix_varies=_matrix_varies(config.verified_matrix_varies),
         worker_cores=worker_cores,
     )
+
+
+def _matrix_varies(value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict) or not all(
+            isinstance(page, str) and isinstance(pieces, (list, tuple))
+            and all(isinstance(piece, str) and piece for piece in pieces)
+            for page, pieces in value.items()):
+        raise ConfigError(f"verified_matrix_varies must map pages to lists of source pieces, "
+                          f"got {value!r}")
+    return {page: tuple(pieces) for page, pieces in value.items()}
+
+
+def _matrix_versions(value: Any, confdir: Path) -> tuple:
+    from .matrix import parse_versions
+
+    try:
+        return parse_versions(value, confdir)
+    except ValueError as err:
+        raise ConfigError(f"verified_matrix: {err}") from None
 
 
 def _validate_normalizers(value: Any) -> dict[str, tuple[tuple[str, str], ...]]:

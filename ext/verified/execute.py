@@ -41,7 +41,8 @@ HOST_COLLECTIVE_FLAGS = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=6
                          "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
 
 
-def page_environment(settings: DocSettings, extra_env: dict[str, str]) -> dict[str, str]:
+def page_environment(settings: DocSettings, extra_env: dict[str, str],
+                     collective_flags: bool = True) -> dict[str, str]:
     """The variables that change a page's output, set before its interpreter starts: the
     configured ones (``verified_env``), the page's own ``env`` and its host-device count.
     The notebook download sets exactly these in its first cell."""
@@ -49,18 +50,19 @@ def page_environment(settings: DocSettings, extra_env: dict[str, str]) -> dict[s
     if settings.host_devices:
         count = str(settings.host_devices)
         env["JAX_NUM_CPU_DEVICES"] = count
-        flags = [f"--xla_force_host_platform_device_count={count}", *HOST_COLLECTIVE_FLAGS]
+        flags = [f"--xla_force_host_platform_device_count={count}",
+                 *(HOST_COLLECTIVE_FLAGS if collective_flags else ())]
         env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), *flags]))
     return env
 
 
 def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str,
-               cores: tuple[int, ...] = ()) -> dict[str, str]:
+               cores: tuple[int, ...] = (), collective_flags: bool = True) -> dict[str, str]:
     """The worker's environment: ours, then the page's (XLA flags of ours, such as a
     portability profile's ISA cap, are kept in front of the page's). ``cores`` reach the
     worker as ``VERIFIED_CPU_AFFINITY``; it pins itself before anything sizes a thread pool."""
     env = dict(os.environ)
-    for name, value in page_environment(job.settings, extra_env).items():
+    for name, value in page_environment(job.settings, extra_env, collective_flags).items():
         if name == "XLA_FLAGS" and os.environ.get("XLA_FLAGS"):
             value = f"{os.environ['XLA_FLAGS']} {value}"
         env[name] = value
@@ -116,16 +118,21 @@ def _describe_exit(returncode: int) -> str:
 
 
 def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str],
-                 gate: BlockGate | None = None, cores: tuple[int, ...] = ()) -> DocResult:
+                 gate: BlockGate | None = None, cores: tuple[int, ...] = (),
+                 python: str | None = None, keep_going: bool = False,
+                 collective_flags: bool = True) -> DocResult:
     """Runs every block of ``job`` in one fresh interpreter and returns what happened.
     ``gate`` is shared by the pages running at once: each block passes it first.
-    ``cores``, if given, are the only cores the interpreter may use."""
+    ``cores``, if given, are the only cores the interpreter may use.
+    The version matrix (matrix.py) runs another ``python``, goes on after a failed block
+    (``keep_going``) and leaves out XLA flags the older XLA does not know."""
     if job.settings.processes > 1:
         from .multiprocess import run_multiprocess_document
 
         return run_multiprocess_document(job, default_timeout=default_timeout,
                                          extra_env=extra_env, gate=gate or BlockGate(),
-                                         cores=cores)
+                                         cores=cores, python=python,
+                                         collective_flags=collective_flags)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         capture_dir = os.path.join(scratch, "capture")
@@ -135,7 +142,8 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
             os.mkdir(folder)
         results, environment = _drive_worker(
             job, capture_dir, workdir, ipython_dir, default_timeout, extra_env,
-            gate or BlockGate(), cores)
+            gate or BlockGate(), cores, python or sys.executable, keep_going,
+            collective_flags)
     by_index = {result.index: result for result in results}
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
@@ -144,7 +152,7 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
 
 
 def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env, gate,
-                  cores=()):
+                  cores=(), python=sys.executable, keep_going=False, collective_flags=True):
     read_fd, write_fd = os.pipe()
     control_read, control_write = os.pipe()
     stderr_path = os.path.join(capture_dir, "worker.stderr")
@@ -155,14 +163,15 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
             {"index": b.index, "source": b.source, "raises": b.raises, "skip": b.skip}
             for b in job.blocks
         ],
+        "keep_going": keep_going,
     }
     process = subprocess.Popen(
-        [sys.executable, str(WORKER), str(write_fd), str(control_read)],
+        [python, str(WORKER), str(write_fd), str(control_read)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=stderr_file,
         cwd=workdir,
-        env=worker_env(job, extra_env, ipython_dir, cores),
+        env=worker_env(job, extra_env, ipython_dir, cores, collective_flags),
         pass_fds=(write_fd, control_read),
         start_new_session=True,
     )

@@ -139,15 +139,16 @@ class _Worker:
 
 def run_multiprocess_document(job: DocJob, *, default_timeout: float,
                               extra_env: dict[str, str], gate: BlockGate,
-                              cores: tuple[int, ...] = ()) -> DocResult:
+                              cores: tuple[int, ...] = (), python: str | None = None,
+                              collective_flags: bool = True) -> DocResult:
     """Runs every block of ``job`` in ``job.settings.processes`` cooperating interpreters
-    (all on ``cores``, if given)."""
+    (all on ``cores``, if given; ``python`` and ``collective_flags`` as in ``run_document``)."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         workdir = os.path.join(scratch, "cwd")
         os.mkdir(workdir)
         combined, environment = _drive(job, scratch, workdir, default_timeout, extra_env, gate,
-                                       cores)
+                                       cores, python or sys.executable, collective_flags)
     by_index = {result.index: result for result in combined}
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
@@ -156,7 +157,8 @@ def run_multiprocess_document(job: DocJob, *, default_timeout: float,
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
-def _start(job, scratch, workdir, extra_env, count, cores) -> list[_Worker]:
+def _start(job, scratch, workdir, extra_env, count, cores, python,
+           collective_flags) -> list[_Worker]:
     coordinator = f"127.0.0.1:{free_loopback_port()}"
     payload_blocks = [{"index": b.index, "source": b.source, "raises": b.raises, "skip": b.skip}
                       for b in job.blocks]
@@ -167,7 +169,7 @@ def _start(job, scratch, workdir, extra_env, count, cores) -> list[_Worker]:
         capture_dir, ipython_dir = os.path.join(base, "capture"), os.path.join(base, "ipython")
         os.makedirs(capture_dir)
         os.makedirs(ipython_dir)
-        env = worker_env(job, extra_env, ipython_dir, cores)
+        env = worker_env(job, extra_env, ipython_dir, cores, collective_flags)
         env.update({PROCESS_ID: str(process_id), NUM_PROCESSES: str(count),
                     COORDINATOR: coordinator})
         read_fd, write_fd = os.pipe()
@@ -179,7 +181,7 @@ def _start(job, scratch, workdir, extra_env, count, cores) -> list[_Worker]:
             # and anything they started.
             placement = {"process_group": 0 if group is None else group}
             popen = subprocess.Popen(
-                [sys.executable, str(WORKER), str(write_fd), str(control_read)],
+                [python, str(WORKER), str(write_fd), str(control_read)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr_file,
                 cwd=workdir, env=env, pass_fds=(write_fd, control_read), **placement)
         if group is None:
@@ -198,10 +200,11 @@ def _start(job, scratch, workdir, extra_env, count, cores) -> list[_Worker]:
     return workers
 
 
-def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, cores):
+def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, cores, python,
+           collective_flags):
     count = job.settings.processes
     blocks = {b.index: b for b in job.blocks}
-    workers = _start(job, scratch, workdir, extra_env, count, cores)
+    workers = _start(job, scratch, workdir, extra_env, count, cores, python, collective_flags)
     group = workers[0].popen.pid
     selector = selectors.DefaultSelector()
     for worker in workers:

@@ -127,11 +127,13 @@ def _api_notes(result: BlockResult) -> list[str]:
 
 def render_block(block: Block, result: BlockResult, live_env: Environment,
                  verification: Verification,
-                 prompt: nodes.paragraph | None = None) -> nodes.container:
+                 prompt: nodes.paragraph | None = None,
+                 matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
     """The whole cell: input, outputs, warnings, caption; tags decide what shows.
-    ``prompt`` is the predict prompt as parsed by the directive (inline markup kept).
+    ``prompt`` is the predict prompt as parsed by the directive (inline markup kept);
+    ``matrix_notes`` are the other versions' verdicts (matrix.py), under the caption.
     An exercise's solution, code and output, is folded whole."""
-    cell = _render_cell(block, result, live_env, verification, prompt)
+    cell = _render_cell(block, result, live_env, verification, prompt, matrix_notes)
     if "exercise-solution" not in block.tags or not cell.children:
         return cell
     folded = nodes.container(classes=["cell", f"cell-{result.status}", "exercise-solution"])
@@ -141,7 +143,8 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
 
 def _render_cell(block: Block, result: BlockResult, live_env: Environment,
                  verification: Verification,
-                 prompt: nodes.paragraph | None) -> nodes.container:
+                 prompt: nodes.paragraph | None,
+                 matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
     tags = set(block.tags)
     cell = nodes.container(classes=["cell", f"cell-{result.status}"])
     if "remove-cell" in tags:
@@ -166,6 +169,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         cell += nodes.paragraph(note, note, classes=["cell-caption", "cell-not-run"])
         return cell
     if "remove-output" in tags:
+        cell.extend(matrix_notes or [])
         return cell
 
     body = nodes.container(classes=["cell-output-area"])
@@ -178,6 +182,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         body += nodes.paragraph(text, text, classes=["cell-failure"])
     differing = _differing_processes(result)
     if not body.children and not differing:
+        cell.extend(matrix_notes or [])
         return cell
 
     caption = nodes.paragraph(classes=["cell-caption"])
@@ -202,6 +207,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
     if verification.comparison.verdict == "differs" and verification.recorded:
         body += _folded("Show the verified output", "cell-verified",
                         *_output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
+    body.extend(matrix_notes or [])
 
     if block.predict is not None:
         if prompt is None:

@@ -33,6 +33,7 @@ from .collect import Collected, collect, environment_identity, with_key
 from .directive import code_cell
 from .execute import run_document
 from .gate import BlockGate
+from .matrix import MatrixRecords, label_block, verdict_nodes
 from .model import CACHED, FAILED, NOT_RUN, SKIPPED, BlockResult, DocResult
 from .multiprocess import Slots
 from .record import Record, compare, normalizer_names, read_record, record_path
@@ -57,6 +58,7 @@ class BuildState:
     records: dict[str, Record | None] = field(default_factory=dict)
     cache_reads: dict[str, DocResult | None] = field(default_factory=dict)
     comparison_failed: bool = False  # set by the doctest builder
+    matrix: MatrixRecords | None = None  # the other versions' records (captions)
 
     def cached(self, found: Collected) -> DocResult | None:
         """The cache entry for a page's current key, read (and checksummed) once per build."""
@@ -92,6 +94,7 @@ def on_builder_inited(app: Sphinx) -> None:
         cache=ExecutionCache(validated.cache_dir),
         identity=environment_identity(validated.env, validated.worker_cores),
         fresh=app.builder.name in FRESH_BUILDERS,
+        matrix=MatrixRecords(validated),
     )
 
 
@@ -108,12 +111,12 @@ def _collect(app: Sphinx, env: BuildEnvironment, docname: str) -> Collected | No
     return build.collected[docname]
 
 
-def _read_stamp(build: BuildState, found: Collected) -> tuple[str, str | None]:
-    """What a page's rendered doctree depends on besides its text: its execution key
-    and its verified record (captions compare with it)."""
+def _read_stamp(build: BuildState, found: Collected) -> tuple:
+    """What a page's rendered doctree depends on besides its text: its execution key,
+    its verified record and its matrix records (captions compare with them)."""
     path = record_path(build.config.record_dir, found.job.docname)
     digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
-    return found.job.key, digest
+    return found.job.key, digest, build.matrix.stamp(found.job.docname)
 
 
 def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
@@ -136,6 +139,8 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
     build = state(app)
     if not hasattr(env, "verified_stamps"):
         env.verified_stamps = {}
+    if getattr(app.builder, "runs_pages_itself", False):
+        return  # the matrix builders run pages under other versions themselves (matrix.py)
     unknown = sorted(build.config.pages - env.found_docs)
     if unknown:
         raise ConfigError(f"verified_pages: no such page(s): {', '.join(unknown)}")
@@ -259,8 +264,12 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                          type="verified", subtype="block-failed")
         verification = _verify(build, docname, block, block_result)
         prompt = next(iter(node.findall(nodes.paragraph)), None)
-        node.replace_self(render_block(block, block_result, result.environment,
-                                       verification, prompt))
+        verdicts = build.matrix.verdicts(docname, block, found.job.blocks,
+                                         verification.recorded)
+        cell = render_block(block, block_result, result.environment, verification, prompt,
+                            verdict_nodes(verdicts, set(block.tags)))
+        label_block(app.env, docname, block, cell)
+        node.replace_self(cell)
 
 
 def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> None:
@@ -327,6 +336,7 @@ def block_statuses(app: Sphinx) -> list[dict]:
                 "ended": block_result.ended if block_result else 0.0,
                 # Compared with the record within this tolerance (None: exactly).
                 "tolerance": block.tolerance.describe() if block.tolerance else None,
+                "version": result.environment.jax if result else None,
                 "environment": asdict(result.environment) if result else None,
             })
     return rows
@@ -342,6 +352,8 @@ def _relative(path: str, srcdir) -> str:
 def on_build_finished(app: Sphinx, exception) -> None:
     if exception is not None or app.config not in _STATES:
         return
+    if getattr(app.builder, "runs_pages_itself", False):
+        return  # a matrix build writes its own report (matrix.py)
     build = state(app)
     rows = block_statuses(app)
     # Each page executed by this build: its wall time, start-up included (for `make bench`).

@@ -340,8 +340,9 @@ def main() -> None:
         emit({"event": "start", "index": block["index"]})
         block_result = run_block(shell, block, capture, sink)
         emit({"event": "block", "result": block_result})
-        # A page of several processes goes on: whether the block failed is decided across
-        # processes (one that raised nothing under :raises: may be fine); its driver stops it.
+        # keep_going: a matrix run goes on after a failed block; so does each process of a
+        # multi-process page (whether the block failed is decided across processes, and
+        # its driver stops them).
         if block_result["status"] == "failed" and not job.get("keep_going"):
             break
     emit({"event": "environment", "environment": _environment()})
