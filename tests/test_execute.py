@@ -53,6 +53,34 @@ def test_each_capture_kind_separately():
         ("UserWarning", "careful", 5)]
 
 
+SLOW_COMPILE_ALARM = (
+    "E1203 20:38:15.178956   22025 slow_operation_alarm.cc:73] \n"
+    "********************************\n"
+    "[Compiling module jit_f for CPU] Very slow compile? If you want to file a bug, run with"
+    " envvar XLA_FLAGS=--xla_dump_to=/tmp/foo and attach the results.\n"
+    "********************************\n"
+    "E1203 20:38:17.036061   22020 slow_operation_alarm.cc:140] The operation took 2m40.4s\n"
+    "\n"
+    "********************************\n"
+    "[Compiling module jit_f for CPU] Very slow compile? If you want to file a bug, run with"
+    " envvar XLA_FLAGS=--xla_dump_to=/tmp/foo and attach the results.\n"
+    "********************************\n")
+
+
+def test_xla_slow_compile_alarm_is_not_block_output():
+    """XLA's alarm says the machine was loaded: a record made on a calm machine must still match."""
+    result = run(
+        "import os\n"
+        "os.write(2, b'before\\n')\n"
+        f"os.write(2, {SLOW_COMPILE_ALARM.encode()!r})\n"
+        "os.write(2, b'W1203 20:38:18.000000   22020 other.cc:1] kept\\n')\n"
+        "print('stdout stays')")
+    assert kinds(result.blocks[0]) == [
+        ("stdout", "stdout stays\n"),
+        ("stderr", "before\nW1203 20:38:18.000000   22020 other.cc:1] kept\n")]
+    assert kinds(run(f"import os; os.write(2, {SLOW_COMPILE_ALARM.encode()!r});").blocks[0]) == []
+
+
 def test_trailing_semicolon_suppresses_the_value():
     assert kinds(run("1 + 1;").blocks[0]) == []
 

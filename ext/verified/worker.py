@@ -30,6 +30,17 @@ from typing import Any
 IMAGE_DPI = 110
 # Terminal colour codes (JAX colours a jaxpr's repr): a page shows plain text.
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# XLA's alarm for a compilation that outlasts its deadline: a log line from
+# slow_operation_alarm.cc and the banner after it. It reports how loaded the machine was at that
+# moment, not what the block did, so it is not part of the block's output.
+SLOW_OPERATION_ALARM = re.compile(
+    r"^[IWEF]\d{4} [\d:.]+\s+\d+ slow_operation_alarm\.cc:\d+\][^\n]*\n"
+    r"(?:[ \t]*\n|\*+\n|\[Compiling module [^\n]*\n)*", re.MULTILINE)
+
+
+def block_stderr(text: str) -> str:
+    """The block's stderr as a reader should see it: no colour codes, no machine-load alarms."""
+    return SLOW_OPERATION_ALARM.sub("", ANSI_ESCAPE.sub("", text))
 
 
 def _open_events(fd: int):
@@ -251,8 +262,9 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     outputs: list[dict[str, Any]] = []
     if stdout:
         outputs.append({"kind": "stdout", "text": ANSI_ESCAPE.sub("", stdout), "data": {}})
+    stderr = block_stderr(stderr)
     if stderr:
-        outputs.append({"kind": "stderr", "text": ANSI_ESCAPE.sub("", stderr), "data": {}})
+        outputs.append({"kind": "stderr", "text": stderr, "data": {}})
     for kind, data in sink:
         name = data.pop("name", "") if kind == "glue" else ""
         text = ANSI_ESCAPE.sub("", data.pop("text/plain", ""))
