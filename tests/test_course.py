@@ -173,7 +173,8 @@ def test_notebook_sets_up_what_the_worker_set_up(tmp_path, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     settings = DocSettings(host_devices=8, env=(("EXTRA", "1"),))
     environment = page_environment(settings, {"JAX_PLATFORMS": "cpu"})
-    worker = worker_env(DocJob("p", "p.md", settings, ()), {"JAX_PLATFORMS": "cpu"}, "/tmp")
+    worker = worker_env(DocJob("p", "p.md", settings, ()), {"JAX_PLATFORMS": "cpu"},
+                        str(tmp_path / "private"))
     assert {name: worker[name] for name in environment} == environment
     assert environment["JAX_NUM_CPU_DEVICES"] == "8"
     assert "--xla_force_host_platform_device_count=8" in environment["XLA_FLAGS"]

@@ -6,6 +6,7 @@ Plain Python only (no JAX), so these stay fast.
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -79,6 +80,16 @@ def test_xla_slow_compile_alarm_is_not_block_output():
         ("stdout", "stdout stays\n"),
         ("stderr", "before\nW1203 20:38:18.000000   22020 other.cc:1] kept\n")]
     assert kinds(run(f"import os; os.write(2, {SLOW_COMPILE_ALARM.encode()!r});").blocks[0]) == []
+
+
+def test_temporary_files_a_page_leaves_are_removed():
+    result = run("import tempfile, pathlib\n"
+                 "folder = pathlib.Path(tempfile.mkdtemp())\n"
+                 "(folder / 'left.txt').write_text('x')\n"
+                 "print(folder)")
+    folder = result.blocks[0].outputs[0].text.strip()
+    assert folder.startswith(tempfile.gettempdir()) and "verified-" in folder
+    assert not os.path.exists(folder)
 
 
 def test_trailing_semicolon_suppresses_the_value():

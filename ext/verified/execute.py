@@ -56,17 +56,21 @@ def page_environment(settings: DocSettings, extra_env: dict[str, str],
     return env
 
 
-def worker_env(job: DocJob, extra_env: dict[str, str], ipython_dir: str,
+def worker_env(job: DocJob, extra_env: dict[str, str], private_dir: str,
                cores: tuple[int, ...] = (), collective_flags: bool = True) -> dict[str, str]:
     """The worker's environment: ours, then the page's (XLA flags of ours, such as a
     portability profile's ISA cap, are kept in front of the page's). ``cores`` reach the
-    worker as ``VERIFIED_CPU_AFFINITY``; it pins itself before anything sizes a thread pool."""
+    worker as ``VERIFIED_CPU_AFFINITY``; it pins itself before anything sizes a thread pool.
+    ``private_dir`` is removed after the run: the IPython profile and every temporary file
+    the page makes (``TMPDIR``) go there, so a page's ``mkdtemp`` leaves nothing behind."""
     env = dict(os.environ)
     for name, value in page_environment(job.settings, extra_env, collective_flags).items():
         if name == "XLA_FLAGS" and os.environ.get("XLA_FLAGS"):
             value = f"{os.environ['XLA_FLAGS']} {value}"
         env[name] = value
-    env["IPYTHONDIR"] = ipython_dir
+    for name, folder in (("IPYTHONDIR", "ipython"), ("TMPDIR", "tmp")):
+        env[name] = os.path.join(private_dir, folder)
+        os.makedirs(env[name], exist_ok=True)
     env["MPLCONFIGDIR"] = str(matplotlib_dir())
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
@@ -137,11 +141,10 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
     with tempfile.TemporaryDirectory(prefix="verified-") as scratch:
         capture_dir = os.path.join(scratch, "capture")
         workdir = os.path.join(scratch, "cwd")
-        ipython_dir = os.path.join(scratch, "ipython")
-        for folder in (capture_dir, workdir, ipython_dir):
+        for folder in (capture_dir, workdir):
             os.mkdir(folder)
         results, environment = _drive_worker(
-            job, capture_dir, workdir, ipython_dir, default_timeout, extra_env,
+            job, capture_dir, workdir, scratch, default_timeout, extra_env,
             gate or BlockGate(), cores, python or sys.executable, keep_going,
             collective_flags)
     by_index = {result.index: result for result in results}
@@ -151,7 +154,7 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
-def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra_env, gate,
+def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra_env, gate,
                   cores=(), python=sys.executable, keep_going=False, collective_flags=True):
     read_fd, write_fd = os.pipe()
     control_read, control_write = os.pipe()
@@ -171,7 +174,7 @@ def _drive_worker(job, capture_dir, workdir, ipython_dir, default_timeout, extra
         stdout=subprocess.DEVNULL,
         stderr=stderr_file,
         cwd=workdir,
-        env=worker_env(job, extra_env, ipython_dir, cores, collective_flags),
+        env=worker_env(job, extra_env, private_dir, cores, collective_flags),
         pass_fds=(write_fd, control_read),
         start_new_session=True,
     )

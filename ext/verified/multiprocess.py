@@ -166,10 +166,9 @@ def _start(job, scratch, workdir, extra_env, count, cores, python,
     group: int | None = None
     for process_id in range(count):
         base = os.path.join(scratch, f"process-{process_id}")
-        capture_dir, ipython_dir = os.path.join(base, "capture"), os.path.join(base, "ipython")
+        capture_dir = os.path.join(base, "capture")
         os.makedirs(capture_dir)
-        os.makedirs(ipython_dir)
-        env = worker_env(job, extra_env, ipython_dir, cores, collective_flags)
+        env = worker_env(job, extra_env, base, cores, collective_flags)
         env.update({PROCESS_ID: str(process_id), NUM_PROCESSES: str(count),
                     COORDINATOR: coordinator})
         read_fd, write_fd = os.pipe()
