@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from verified.cache import ExecutionCache
@@ -65,6 +66,9 @@ def test_record_round_trip_and_match(tmp_path):
     write_record(tmp_path, record)
     again = read_record(tmp_path, "part/page")
     assert again == record
+    timed = dataclasses.replace(result(), duration=12.34)
+    write_record(tmp_path / "timed", make_record((block,), timed))
+    assert read_record(tmp_path / "timed", "part/page").duration == 12.3  # scheduling
     assert compare(block, result().blocks[0], again.block_for(block), {}).verdict == "match"
 
 

@@ -7,10 +7,11 @@ import os
 import json
 import threading
 import time
+from types import SimpleNamespace
 
 from verified.gate import BlockGate
 from verified.model import DocJob, DocSettings
-from verified.schedule import longest_first
+from verified.schedule import known_durations, run_order, scheduled
 
 
 def test_an_exclusive_block_waits_for_running_blocks_and_holds_new_ones_back():
@@ -35,8 +36,32 @@ def test_an_exclusive_block_waits_for_running_blocks_and_holds_new_ones_back():
 
 def test_pages_run_longest_first_and_untimed_pages_before_all():
     jobs = [DocJob(name, f"{name}.md", DocSettings(), ()) for name in ("a", "b", "c", "new")]
-    order = longest_first(jobs, {"a": 3.0, "b": 40.0, "c": 12.5})
+    order = run_order(jobs, {"a": 3.0, "b": 40.0, "c": 12.5})
     assert [job.docname for job in order] == ["new", "b", "c", "a"]
+
+
+def test_pages_of_several_processes_run_first():
+    """Such a page holds several cores: started first, it waits for no page and holds none up."""
+    jobs = [DocJob("long", "long.md", DocSettings(), ()),
+            DocJob("pair", "pair.md", DocSettings(processes=2), ())]
+    assert [job.docname for job in run_order(jobs, {"long": 80.0, "pair": 5.0})] == [
+        "pair", "long"]
+
+
+def test_a_fresh_clone_schedules_by_the_recorded_times(tmp_path):
+    """No report yet: each page's time comes from its record; the report wins when present."""
+    records = tmp_path / "record"
+    for name, seconds in (("short", 2.0), ("long", 30.0)):
+        (records / name).parent.mkdir(parents=True, exist_ok=True)
+        (records / f"{name}.json").write_text(json.dumps({"docname": name, "duration": seconds}))
+    config = SimpleNamespace(report_path=tmp_path / "report.json", record_dir=records)
+    jobs = [DocJob(name, f"{name}.md", DocSettings(), ()) for name in ("short", "long", "new")]
+    assert known_durations(config, ["short", "long", "new"]) == {"short": 2.0, "long": 30.0}
+    shared, exclusive = scheduled(config, jobs)
+    assert [job.docname for job in shared] == ["new", "long", "short"] and exclusive == []
+
+    config.report_path.write_text(json.dumps({"pages": [{"docname": "short", "duration": 90.0}]}))
+    assert known_durations(config, ["short", "long"]) == {"short": 90.0, "long": 30.0}
 
 
 def _overlap(first: dict, second: dict) -> bool:

@@ -462,7 +462,7 @@ def run_matrix(builder: Builder, version: MatrixVersion) -> dict[str, tuple[Any,
     """Runs every selected page under ``version``: ``{docname: (collected, result)}``."""
     from .execute import run_document
     from .gate import BlockGate
-    from .schedule import _collect, _last_durations, longest_first, state
+    from .schedule import _collect, scheduled, state
 
     build = state(builder)
     config = build.config
@@ -474,9 +474,7 @@ def run_matrix(builder: Builder, version: MatrixVersion) -> dict[str, tuple[Any,
         if collected is not None and collected.job.blocks and not collected.problems:
             found[docname] = collected
     jobs = [collected.job for collected in found.values()]
-    durations = _last_durations(config.report_path)
-    shared = longest_first([job for job in jobs if not job.settings.exclusive], durations)
-    exclusive = longest_first([job for job in jobs if job.settings.exclusive], durations)
+    shared, exclusive = scheduled(config, jobs)
     logger.info(f"executing {len(jobs)} page(s) under {version.label} ({config.jobs} at a time)")
     gate = BlockGate()
     extra_env = {**config.env, **dict(version.env)}

@@ -71,6 +71,7 @@ class Record:
     docname: str
     environment: Environment
     blocks: list[RecordedBlock]
+    duration: float | None = None  # the page's execution seconds when recorded (scheduling)
 
     def block_for(self, block: Block) -> RecordedBlock | None:
         """The recorded block with the same position and source, if there is one."""
@@ -97,6 +98,7 @@ def make_record(blocks: tuple[Block, ...], result: DocResult) -> Record:
     return Record(
         docname=result.docname,
         environment=result.environment,
+        duration=round(result.duration, 1),
         blocks=[
             RecordedBlock(
                 line=block.line,
@@ -137,6 +139,7 @@ def read_record(record_dir: Path, docname: str) -> Record | None:
     return Record(
         docname=data["docname"],
         environment=Environment(**data["environment"]),
+        duration=data.get("duration"),
         blocks=[
             RecordedBlock(
                 line=b["line"],
@@ -152,6 +155,15 @@ def read_record(record_dir: Path, docname: str) -> Record | None:
             for b in data["blocks"]
         ],
     )
+
+
+def recorded_duration(record_dir: Path, docname: str) -> float | None:
+    """The page's execution time when it was recorded, if the record says."""
+    try:
+        data = json.loads(record_path(record_dir, docname).read_text(encoding="utf-8"))
+        return float(data["duration"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def comparable_text(status: str, outputs: list[Output], warnings: list[WarningRecord]) -> str:

@@ -1,7 +1,7 @@
 """Schedule: before Sphinx reads, key each page's blocks and run the pages that need it.
 
 Pages run concurrently (one subprocess each, at most ``verified_jobs`` at once, longest
-first), and so do their blocks, except a block marked exclusive (it times something): it
+first by their last known time), and so do their blocks, except a block marked exclusive (it times something): it
 runs with no other block running (``gate.py``). Pages marked ``exclusive`` run alone
 afterwards. Results
 are held in memory for the read phase (forked parallel readers inherit them) and stored
@@ -36,7 +36,8 @@ from .gate import BlockGate
 from .matrix import MatrixRecords, label_block, verdict_nodes
 from .model import CACHED, FAILED, NOT_RUN, SKIPPED, BlockResult, DocResult
 from .multiprocess import Slots
-from .record import Record, compare, normalizer_names, read_record, record_path
+from .record import (Record, compare, normalizer_names, read_record, record_path,
+                     recorded_duration)
 from .render import Verification, failure_report, render_block
 
 logger = logging.getLogger(__name__)
@@ -163,23 +164,37 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         _run_all(app, to_run)
 
 
-def _last_durations(report_path: Path) -> dict[str, float]:
-    """Each page's execution time in the last build that reported it (blocks' sum)."""
-    try:
-        rows = json.loads(report_path.read_text(encoding="utf-8"))["blocks"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+def known_durations(config: config_module.ExecutionConfig, docnames) -> dict[str, float]:
+    """Each page's last known execution time (wall, start-up included): from the last
+    build's report, else from the page's verified record, so that a fresh clone, which has
+    no report, is scheduled by time too."""
     durations: dict[str, float] = {}
-    for row in rows:
-        durations[row["docname"]] = durations.get(row["docname"], 0.0) + row["duration"]
+    try:
+        rows = json.loads(config.report_path.read_text(encoding="utf-8"))["pages"]
+        durations.update((row["docname"], float(row["duration"])) for row in rows)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    for docname in set(docnames) - set(durations):
+        recorded = recorded_duration(config.record_dir, docname)
+        if recorded is not None:
+            durations[docname] = recorded
     return durations
 
 
-def longest_first(jobs: list, durations: dict[str, float]) -> list:
-    """Pages never timed first (they may be long), then by last known time, longest first,
-    so that the cores finish together."""
-    return sorted(jobs, key=lambda job: (job.docname in durations,
+def run_order(jobs: list, durations: dict[str, float]) -> list:
+    """Pages of several processes first: each holds several cores, so at the start it waits
+    for no running page and keeps none waiting. Then pages never timed (they may be long),
+    then by last known time, longest first, so that the cores finish together."""
+    return sorted(jobs, key=lambda job: (job.settings.processes <= 1,
+                                         job.docname in durations,
                                          -durations.get(job.docname, 0.0), job.docname))
+
+
+def scheduled(config: config_module.ExecutionConfig, jobs: list) -> tuple[list, list]:
+    """The pages that share the cores, in run order, and the exclusive ones (run alone after)."""
+    durations = known_durations(config, [job.docname for job in jobs])
+    return (run_order([job for job in jobs if not job.settings.exclusive], durations),
+            run_order([job for job in jobs if job.settings.exclusive], durations))
 
 
 class CorePool:
@@ -209,9 +224,7 @@ class CorePool:
 def _run_all(app: Sphinx, jobs: list) -> None:
     build = state(app)
     config = build.config
-    durations = _last_durations(config.report_path)
-    shared = longest_first([job for job in jobs if not job.settings.exclusive], durations)
-    exclusive = longest_first([job for job in jobs if job.settings.exclusive], durations)
+    shared, exclusive = scheduled(config, jobs)
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
     gate = BlockGate()
     cores = CorePool(config.worker_cores)
