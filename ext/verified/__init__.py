@@ -10,10 +10,11 @@ The pipeline, one module per phase:
     cache.py      store results by key; record.py keeps the verified record
                   (tolerance.py compares the numbers a block declared machine-rounded)
     render.py     turn a typed result into docutils nodes (glue.py: values prose inserts)
-    builders.py   the ``doctest`` and ``record`` builders
+    builders.py   the builders that execute instead of publishing: ``doctest``,
+                  ``record``, ``matrix`` and ``matrix-doctest``
     matrix.py     the version matrix: every page also run under the other verified
-                  versions (``matrix``, ``matrix-doctest``), their verdicts in the
-                  captions, and the Versions page
+                  versions, their records, their verdicts in the captions, and the
+                  Versions page
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 from sphinx.application import Sphinx
 
 from . import config, glue, matrix, schedule
-from .builders import RecordBuilder, VerifiedDoctestBuilder
+from .builders import (MatrixDoctestBuilder, MatrixRecordBuilder, RecordBuilder,
+                       VerifiedDoctestBuilder)
 from .directive import CodeCellDirective, code_cell
 from .render import depart_reveal_html, depart_reveal_plain, reveal, visit_reveal_html, visit_reveal_plain
 
@@ -54,8 +56,8 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", schedule.on_doctree_read, priority=400)
     app.add_builder(VerifiedDoctestBuilder)
     app.add_builder(RecordBuilder)
-    app.add_builder(matrix.MatrixRecordBuilder)
-    app.add_builder(matrix.MatrixDoctestBuilder)
+    app.add_builder(MatrixRecordBuilder)
+    app.add_builder(MatrixDoctestBuilder)
     app.add_directive("versions-matrix", matrix.make_directive())
     app.connect("env-get-outdated", matrix.versions_outdated)
     app.connect("builder-inited", schedule.on_builder_inited)

@@ -207,12 +207,9 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     held: bool | None = None  # the gate, while this page's block holds it: exclusive or not
     try:
         while not finished and failure is None:
-            now = time.monotonic()
-            deadline, meaning = min(limits.values(), default=(float("inf"), ""))
-            if now >= deadline:
-                failure = meaning
+            ready, failure = select_within_limits(selector, limits)
+            if failure is not None:
                 break
-            ready = selector.select(timeout=None if deadline == float("inf") else deadline - now)
             if not ready:
                 continue
             chunk = os.read(read_fd, 65536)
@@ -294,6 +291,16 @@ def start_limits(limits: dict, block, job: DocJob, default_timeout: float) -> No
                             f"(the document's time budget)")
     timeout = _timeout_for(block, job, default_timeout)
     limits["block"] = (now + timeout, f"timed out after {timeout:g} s (the block's time limit)")
+
+
+def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tuple[list, str | None]:
+    """Waits for events until the earliest limit in ``limits`` passes: the ready events,
+    or no events and what the passed limit means."""
+    deadline, meaning = min(limits.values(), default=(float("inf"), ""))
+    now = time.monotonic()
+    if now >= deadline:
+        return [], meaning
+    return selector.select(timeout=None if deadline == float("inf") else deadline - now), None
 
 
 def _kill(process: subprocess.Popen) -> None:

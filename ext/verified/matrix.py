@@ -17,9 +17,7 @@ import ast
 import dataclasses
 import hashlib
 import json
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -29,10 +27,8 @@ from sphinx.builders import Builder
 from sphinx.util import logging
 
 from .model import (
-    EXPECTED_ERROR,
     FAILED,
     NOT_RUN,
-    RAN,
     SKIPPED,
     Block,
     BlockResult,
@@ -461,8 +457,7 @@ def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
 def run_matrix(builder: Builder, version: MatrixVersion) -> dict[str, tuple[Any, DocResult]]:
     """Runs every selected page under ``version``: ``{docname: (collected, result)}``."""
     from .execute import run_document
-    from .gate import BlockGate
-    from .schedule import _collect, scheduled, state
+    from .schedule import _collect, run_pages, state
 
     build = state(builder)
     config = build.config
@@ -474,193 +469,20 @@ def run_matrix(builder: Builder, version: MatrixVersion) -> dict[str, tuple[Any,
         if collected is not None and collected.job.blocks and not collected.problems:
             found[docname] = collected
     jobs = [collected.job for collected in found.values()]
-    shared, exclusive = scheduled(config, jobs)
     logger.info(f"executing {len(jobs)} page(s) under {version.label} ({config.jobs} at a time)")
-    gate = BlockGate()
     extra_env = {**config.env, **dict(version.env)}
 
-    def run(job):
+    def run(job, gate, pinned):
         result = run_document(job, default_timeout=config.timeout, extra_env=extra_env,
-                              gate=gate, python=str(version.python), keep_going=True,
-                              collective_flags=False)
+                              gate=gate, cores=pinned, python=str(version.python),
+                              keep_going=True, collective_flags=False)
         failed = sum(1 for block in result.blocks if block.failed)
         logger.info(f"  {version.label}: {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {failed} failed")
         return result
 
-    with ThreadPoolExecutor(max_workers=config.jobs) as pool:
-        results = list(pool.map(run, shared))
-    results += [run(job) for job in exclusive]
+    results = run_pages(config, jobs, run)
     return {result.docname: (found[result.docname], result) for result in results}
-
-
-class _MatrixBuilder(Builder):
-    """Reads every page without executing it (schedule.py leaves pages to this builder),
-    then runs them under each matrix version."""
-
-    runs_pages_itself = True
-
-    def init(self) -> None:
-        pass
-
-    def get_outdated_docs(self):
-        return self.env.found_docs
-
-    def get_target_uri(self, docname: str, typ: str | None = None) -> str:
-        return ""
-
-    def prepare_writing(self, docnames) -> None:
-        pass
-
-    def write_doc(self, docname, doctree) -> None:
-        pass
-
-    def versions(self) -> tuple[MatrixVersion, ...]:
-        from .schedule import state
-
-        build = state(self)
-        versions = build.config.matrix
-        if not versions:
-            logger.warning("verified_matrix names no version: nothing to run",
-                           type="verified", subtype="matrix")
-        for version in versions:
-            if not os.access(version.python, os.X_OK):
-                raise RuntimeError(f"{version.label}: no interpreter at {version.python} "
-                                   f"(`make matrix` creates its virtualenv)")
-        return versions
-
-    def run_all(self) -> list[tuple[MatrixVersion, str, Any, DocResult]]:
-        rows = []
-        for version in self.versions():
-            for docname, (collected, result) in sorted(run_matrix(self, version).items()):
-                found = result.environment.jax
-                if found and found != version.version:
-                    logger.warning(f"{version.label}: the interpreter {version.python} runs "
-                                   f"jax {found}", type="verified", subtype="matrix")
-                rows.append((version, docname, collected, result))
-        self.write_report(rows)
-        return rows
-
-    def write_report(self, rows) -> None:
-        """The execution report of a matrix build: each block's result and its version."""
-        from .schedule import _relative
-
-        blocks = []
-        for version, docname, collected, result in rows:
-            because = dependent_failures(collected.job.blocks, result.blocks)
-            for block in collected.job.blocks:
-                block_result = result.blocks[block.index]
-                blocks.append({
-                    "document": _relative(collected.job.path, self.srcdir),
-                    "docname": docname,
-                    "line": block.line,
-                    "version": version.version,
-                    "status": FAILED_BECAUSE if block.index in because else block_result.status,
-                    "duration": round(block_result.duration, 4),
-                    "environment": dataclasses.asdict(result.environment),
-                })
-        pages = [{"docname": docname, "version": version.version,
-                  "duration": round(result.duration, 4)}
-                 for version, docname, _, result in rows]
-        path = Path(self.outdir, "execution-report.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"builder": self.name, "pages": pages, "blocks": blocks},
-                                   indent=1) + "\n", encoding="utf-8")
-
-
-class MatrixRecordBuilder(_MatrixBuilder):
-    """``make matrix``: writes ``record/matrix/jax-<version>/<page>.json`` for each version."""
-
-    name = "matrix"
-    epilog = "Matrix records written under the record directory"
-
-    def finish(self) -> None:
-        from .schedule import state
-
-        build = state(self)
-        written: dict[str, set[Path]] = {}
-        counts: dict[str, dict[str, int]] = {}
-        for version, docname, collected, result in self.run_all():
-            record = make_matrix_record(collected.job.blocks, result, version)
-            path = write_matrix_record(build.config.record_dir, version, record)
-            written.setdefault(version.version, set()).add(path)
-            tally = counts.setdefault(version.version, {})
-            for block in record.blocks:
-                tally[block.status] = tally.get(block.status, 0) + 1
-        for version in build.config.matrix:
-            tally = counts.get(version.version, {})
-            logger.info(f"{version.label}: " + ", ".join(
-                f"{tally[status]} {status}" for status in sorted(tally)))
-            if build.config.pages:
-                continue  # a partial run keeps the other pages' records
-            for stale in matrix_record_dir(build.config.record_dir, version).rglob("*.json"):
-                if stale not in written.get(version.version, set()):
-                    stale.unlink()
-                    logger.info(f"removed stale matrix record {stale}")
-
-
-class MatrixDoctestBuilder(_MatrixBuilder):
-    """``make matrix-doctest``: every page re-run under each version, every block compared
-    with its matrix record (status, exception and outputs, within the block's tolerance)."""
-
-    name = "matrix-doctest"
-    epilog = "Matrix doctest report written to %(outdir)s/output.txt"
-
-    def finish(self) -> None:
-        from .schedule import state
-
-        build = state(self)
-        lines: list[str] = []
-        passed = failed = 0
-        for version, docname, collected, result in self.run_all():
-            record = read_matrix_record(build.config.record_dir, version, docname)
-            live = make_matrix_record(collected.job.blocks, result, version)
-            doc_passed = doc_failed = 0
-            details = []
-            for block in collected.job.blocks:
-                location = f"{os.path.relpath(collected.job.path)}:{block.line}"
-                recorded = record.block_for(block) if record else None
-                now = live.blocks[block.index]
-                if recorded is None:
-                    details.append(f"FAILED {location}: not in the {version.label} matrix "
-                                   f"record (run `make matrix`)")
-                    doc_failed += 1
-                    continue
-                if (recorded.status, recorded.because) != (now.status, now.because):
-                    details.append(f"FAILED {location}: {recorded.status} in the record, "
-                                   f"{now.status} now" + (f" ({now.error})" if now.error else ""))
-                    doc_failed += 1
-                    continue
-                if now.status == FAILED_BECAUSE or (now.status == FAILED
-                                                    and recorded.error == now.error):
-                    doc_passed += 1
-                    continue
-                main_like = RecordedBlock(line=recorded.line,
-                                          source_sha256=recorded.source_sha256,
-                                          status=recorded.status, outputs=recorded.outputs,
-                                          warnings=recorded.warnings)
-                comparison = compare(as_on_matrix(build.config, docname, block),
-                                     now.as_result(block.index), main_like,
-                                     build.config.normalizers, version.version)
-                if comparison.verdict in ("match", "unchecked"):
-                    doc_passed += 1
-                else:
-                    details.append(f"FAILED {location}: output on {version.label} differs from "
-                                   f"its matrix record\n" + comparison.diff)
-                    doc_failed += 1
-            passed += doc_passed
-            failed += doc_failed
-            lines.append(f"{version.label}: {docname}: {doc_passed} passed, {doc_failed} failed")
-            lines.extend("  " + d.replace("\n", "\n  ") for d in details)
-        lines.append(f"matrix: {passed} passed, {failed} failed")
-        report = "\n".join(lines) + "\n"
-        Path(self.outdir).mkdir(parents=True, exist_ok=True)
-        Path(self.outdir, "output.txt").write_text(report, encoding="utf-8")
-        for line in lines:
-            logger.info(line)
-        if failed:
-            build.comparison_failed = True
-            self._app.statuscode = 1
 
 
 def label_block(env, docname: str, block: Block, cell: nodes.Element) -> None:

@@ -43,6 +43,7 @@ from .execute import (
     _describe_exit,
     _fallback_environment,
     _partial_outputs,
+    select_within_limits,
     start_limits,
     worker_env,
 )
@@ -233,12 +234,9 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
 
     try:
         while failure is None and not failed_block and not all(w.done for w in workers):
-            now = time.monotonic()
-            deadline, meaning = min(limits.values(), default=(float("inf"), ""))
-            if now >= deadline:
-                failure = meaning
+            ready, failure = select_within_limits(selector, limits)
+            if failure is not None:
                 break
-            ready = selector.select(timeout=None if deadline == float("inf") else deadline - now)
             for key, _ in ready:
                 worker: _Worker = key.data
                 chunk = os.read(worker.events.fileno(), 65536)

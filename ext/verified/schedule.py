@@ -221,28 +221,38 @@ class CorePool:
             self.free.put(pinned)
 
 
-def _run_all(app: Sphinx, jobs: list) -> None:
-    build = state(app)
-    config = build.config
+def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one) -> list[DocResult]:
+    """Runs ``run_one(job, gate, cores)`` for every page: the shared pages ``config.jobs``
+    at a time in run order, their blocks through one gate, then the exclusive pages alone.
+    A page of N cooperating processes holds N slots (cores) while it runs."""
     shared, exclusive = scheduled(config, jobs)
-    logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
     gate = BlockGate()
     cores = CorePool(config.worker_cores)
     slots = Slots(config.jobs)
 
     def run(job):
-        # A page of N cooperating processes holds N slots (cores) while it runs.
         with slots.hold(job.settings.processes), cores.take() as pinned:
-            result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
-                                  gate=gate, cores=pinned)
+            return run_one(job, gate, pinned)
+
+    with ThreadPoolExecutor(max_workers=config.jobs) as pool:
+        results = list(pool.map(run, shared))
+    return results + [run(job) for job in exclusive]
+
+
+def _run_all(app: Sphinx, jobs: list) -> None:
+    build = state(app)
+    config = build.config
+    logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
+
+    def run(job, gate, pinned):
+        result = run_document(job, default_timeout=config.timeout, extra_env=config.env,
+                              gate=gate, cores=pinned)
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
         return result
 
-    with ThreadPoolExecutor(max_workers=config.jobs) as pool:
-        results = list(pool.map(run, shared))
-    results += [run(job) for job in exclusive]
+    results = run_pages(config, jobs, run)
     for result in results:
         build.results[result.docname] = result
         build.executed.add(result.docname)
