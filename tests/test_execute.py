@@ -82,6 +82,35 @@ def test_xla_slow_compile_alarm_is_not_block_output():
     assert kinds(run(f"import os; os.write(2, {SLOW_COMPILE_ALARM.encode()!r});").blocks[0]) == []
 
 
+# A thread that computes outside the GIL for a while, as XLA does after a cell has returned.
+BUSY_THREAD = ("import hashlib, threading, time\n"
+               "def compute(seconds):\n"
+               "    end = time.perf_counter() + seconds\n"
+               "    chunk = bytes(1 << 22)\n"
+               "    while time.perf_counter() < end:\n"
+               "        hashlib.sha256(chunk).digest()\n"
+               "    print('computed')\n")
+
+
+def test_a_block_ends_when_the_work_it_left_running_has():
+    """A thread stands in for XLA finishing an asynchronous dispatch after the cell returns:
+    the block's result waits for it, so its output is the block's and the next block (or a
+    timing block of another page) starts on an idle interpreter."""
+    result = run(BUSY_THREAD + "threading.Thread(target=compute, args=(0.5,)).start()",
+                 "print('next')")
+    assert [kinds(block) for block in result.blocks] == [
+        [("stdout", "computed\n")], [("stdout", "next\n")]]
+    assert result.blocks[0].duration >= 0.5
+
+
+def test_a_thread_that_never_rests_holds_each_block_a_bounded_time():
+    result = run(BUSY_THREAD + "threading.Thread(target=compute, args=(1e9,), daemon=True).start()",
+                 "print('next')")
+    assert [block.status for block in result.blocks] == ["ran", "ran"]
+    assert kinds(result.blocks[1]) == [("stdout", "next\n")]
+    assert all(2.0 <= block.duration < 10 for block in result.blocks)
+
+
 def test_temporary_files_a_page_leaves_are_removed():
     result = run("import tempfile, pathlib\n"
                  "folder = pathlib.Path(tempfile.mkdtemp())\n"

@@ -7,6 +7,7 @@ import os
 import json
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from verified.gate import BlockGate
@@ -32,6 +33,18 @@ def test_an_exclusive_block_waits_for_running_blocks_and_holds_new_ones_back():
     assert not gate.acquire(exclusive=False, timeout=0.05)  # it runs alone
     gate.release(True)
     assert gate.acquire(exclusive=False, timeout=0.05)
+
+
+def test_after_an_exclusive_block_its_page_holds_the_gate_shared():
+    """The block has ended, its interpreter has not: the next timing block still waits."""
+    gate = BlockGate()
+    assert gate.acquire(exclusive=True)
+    gate.downgrade()
+    assert not gate.acquire(exclusive=True, timeout=0.05)
+    assert gate.acquire(exclusive=False, timeout=0.05)
+    gate.release(False)
+    gate.release(False)
+    assert gate.acquire(exclusive=True, timeout=0.05)
 
 
 def test_pages_run_longest_first_and_untimed_pages_before_all():
@@ -96,3 +109,25 @@ def test_core_pool_gives_each_running_page_cores_no_other_has():
         assert set(first) <= set(usable)
     with CorePool(0).take() as unpinned:
         assert unpinned == ()
+
+
+def test_no_interpreter_starts_or_shuts_down_during_a_timing_block(site):
+    """An interpreter starting up (IPython, imports) or shutting down (exit handlers, freeing
+    memory) uses the machine as much as a block does, so a timing block waits for both."""
+    build = site("quiet-machine").build()
+    assert build.app.statuscode == 0, build.warnings
+    rows = json.loads((build.outdir.parent / "execution-report.json").read_text())["blocks"]
+    first = {row["docname"]: row for row in reversed(rows)}
+    timed = next(row for row in rows if row["exclusive"])
+    life = {}
+    for line in (Path(build.app.srcdir) / "life.log").read_text().splitlines():
+        page, event, at = line.split()
+        life[page, event] = float(at)
+    busy = {"b-brief starting": (life["b-brief", "started"], first["b-brief"]["started"]),
+            "b-brief shutting down": (first["b-brief"]["ended"], life["b-brief", "exited"]),
+            "c-late starting": (life["c-late", "started"], first["c-late"]["started"])}
+    # Process start times are read in clock ticks (10 ms): allow two either side.
+    slack = 0.02
+    overlapping = [name for name, (start, end) in busy.items()
+                   if start < timed["ended"] - slack and timed["started"] + slack < end]
+    assert overlapping == []

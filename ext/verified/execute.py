@@ -168,16 +168,23 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         ],
         "keep_going": keep_going,
     }
-    process = subprocess.Popen(
-        [python, str(WORKER), str(write_fd), str(control_read)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr_file,
-        cwd=workdir,
-        env=worker_env(job, extra_env, private_dir, cores, collective_flags),
-        pass_fds=(write_fd, control_read),
-        start_new_session=True,
-    )
+    # Held shared while the interpreter may be busy (see gate.py): from here to its exit.
+    gate.acquire(exclusive=False)
+    held: bool | None = False
+    try:
+        process = subprocess.Popen(
+            [python, str(WORKER), str(write_fd), str(control_read)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_file,
+            cwd=workdir,
+            env=worker_env(job, extra_env, private_dir, cores, collective_flags),
+            pass_fds=(write_fd, control_read),
+            start_new_session=True,
+        )
+    except BaseException:
+        gate.release(held)
+        raise
     os.close(write_fd)
     os.close(control_read)
     control = os.fdopen(control_write, "w", buffering=1, encoding="utf-8")
@@ -204,7 +211,6 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     selector.register(events, selectors.EVENT_READ)
     buffer = b""
     finished = False
-    held: bool | None = None  # the gate, while this page's block holds it: exclusive or not
     try:
         while not finished and failure is None:
             ready, failure = select_within_limits(selector, limits)
@@ -226,6 +232,9 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                     exclusive = blocks_by_index[index].exclusive
                     budget = limits.get("budget")
                     wait = None if budget is None else max(0.0, budget[0] - time.monotonic())
+                    if held is not None:  # parked before the block: take the gate as it needs
+                        gate.release(held)
+                        held = None
                     if not gate.acquire(exclusive, wait):
                         running, failure = index, budget[1]
                         break
@@ -241,20 +250,20 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                     results.append(block_result_from_json(message["result"]))
                     running = None
                     limits.pop("block", None)
-                    if held is not None:
-                        gate.release(held)
-                        held = None
+                    if held:
+                        gate.downgrade()
+                        held = False
                 elif kind == "environment":
                     environment = Environment(**message["environment"])
                 elif kind == "done":
                     finished = True
     finally:
-        if held is not None:
-            gate.release(held)
         selector.close()
         if not finished:
             _kill(process)
         process.wait()
+        if held is not None:
+            gate.release(held)
         events.close()
         try:
             control.close()

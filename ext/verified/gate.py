@@ -2,10 +2,13 @@
 blocks that time something.
 
 Pages execute concurrently, one worker process each; a timing block must not share the
-machine with another block, or its figures measure the neighbour. Each page's driver thread
-takes the gate (a readers-writer lock) before it lets its worker start a block and releases
-it when the block's result arrives. Exclusive requests are preferred: once one waits, no new
-shared block starts, so a timing block is never starved by a stream of ordinary ones.
+machine with another block, or its figures measure the neighbour, nor with an interpreter
+that is starting up or shutting down. So each page's driver thread holds the gate (a
+readers-writer lock) shared for as long as its worker may be busy, from before it starts the
+interpreter until the interpreter has exited, and lets go only while the worker is parked
+before a block, to take the gate again as that block needs it; after an exclusive block it
+goes on holding the gate shared. Exclusive requests are preferred: once one waits, no new
+shared holder enters, so a timing block is never starved by a stream of ordinary ones.
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ class BlockGate:
                 if not granted:
                     self._condition.notify_all()  # shared blocks held back for this one may go
             return granted
+
+    def downgrade(self) -> None:
+        """The exclusive holder goes on as a shared one: its block has ended, its interpreter
+        has not, and an exclusive block waiting next must not run beside it."""
+        with self._condition:
+            self._running_exclusive = False
+            self._running_shared += 1
+            self._condition.notify_all()
 
     def release(self, exclusive: bool) -> None:
         with self._condition:

@@ -204,7 +204,15 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
            collective_flags):
     count = job.settings.processes
     blocks = {b.index: b for b in job.blocks}
-    workers = _start(job, scratch, workdir, extra_env, count, cores, python, collective_flags)
+    # Held shared while any interpreter may be busy (see gate.py): from here to their exit.
+    gate.acquire(exclusive=False)
+    held: bool | None = False
+    try:
+        workers = _start(job, scratch, workdir, extra_env, count, cores, python,
+                         collective_flags)
+    except BaseException:
+        gate.release(held)
+        raise
     group = workers[0].popen.pid
     selector = selectors.DefaultSelector()
     for worker in workers:
@@ -216,7 +224,6 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
     failure: str | None = None  # why the page ended early (put on the running block)
     failed_block = False  # a block failed in some process: the page stops after it
     running: int | None = None
-    held: bool | None = None
     gone: _Worker | None = None  # the first worker whose interpreter ended unasked
 
     def finish_block(index: int) -> None:
@@ -226,9 +233,9 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         running = None
         limits.pop("block", None)
         limits.pop("grace", None)
-        if held is not None:
-            gate.release(held)
-            held = None
+        if held:
+            gate.downgrade()
+            held = False
         if result.failed:
             failed_block = True
 
@@ -271,6 +278,9 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
                 limits.pop("startup", None)
                 budget = limits.get("budget")
                 wait = None if budget is None else max(0.0, budget[0] - time.monotonic())
+                if held is not None:  # all parked before the block: take the gate as it needs
+                    gate.release(held)
+                    held = None
                 if not gate.acquire(blocks[index].exclusive, wait):
                     running, failure = index, budget[1]
                     break
@@ -286,10 +296,10 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
 
     except Exception:
         _end_group(group, workers)
-        raise
-    finally:
         if held is not None:
             gate.release(held)
+        raise
+    finally:
         selector.close()
 
     if all(w.done for w in workers):
@@ -298,6 +308,8 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
     elif gone is not None:
         gone.popen.wait()
     _end_group(group, workers)
+    if held is not None:
+        gate.release(held)
 
     if not failed_block and not all(w.done for w in workers):
         index = running

@@ -22,6 +22,7 @@ import os
 import platform
 import re
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -36,6 +37,14 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 SLOW_OPERATION_ALARM = re.compile(
     r"^[IWEF]\d{4} [\d:.]+\s+\d+ slow_operation_alarm\.cc:\d+\][^\n]*\n"
     r"(?:[ \t]*\n|\*+\n|\[Compiling module [^\n]*\n)*", re.MULTILINE)
+# A block has ended when the work it started has: JAX dispatches asynchronously, so XLA may
+# still be computing after the cell returns. The worker waits until no other thread of its
+# process is running or waiting for a core and the process used less than SETTLE_BUSY of a
+# SETTLE_WINDOW (seconds of CPU over seconds of wall), at most SETTLE_LIMIT seconds (a thread
+# the page keeps running on purpose never settles).
+SETTLE_WINDOW = 0.002
+SETTLE_BUSY = 0.25
+SETTLE_LIMIT = 2.0
 
 
 def block_stderr(text: str) -> str:
@@ -245,6 +254,41 @@ def _environment() -> dict[str, Any]:
     return env
 
 
+def _other_thread_running() -> bool:
+    """Whether another thread of this interpreter is running or runnable (Linux; elsewhere
+    False). XLA computes without the GIL, so its threads' state is exact even on a loaded
+    machine, where the CPU they get in a short window is not."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    me = str(threading.get_native_id())
+    for task in tasks:
+        if task == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if stat[stat.rindex(b")") + 2:][:1] == b"R":
+            return True
+    return False
+
+
+def settle() -> None:
+    """Returns once no thread of this interpreter is computing (or after SETTLE_LIMIT s), so
+    that the block's result, and with it the end of the block for every other page, comes
+    after the work the block left running, and output that work prints is the block's."""
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while time.monotonic() < deadline:
+        cpu, wall = time.process_time(), time.monotonic()
+        time.sleep(SETTLE_WINDOW)
+        idle = time.process_time() - cpu < SETTLE_BUSY * (time.monotonic() - wall)
+        if idle and not _other_thread_running():
+            return
+
+
 def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dict[str, Any]:
     index = block["index"]
     sink.clear()
@@ -254,6 +298,7 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     with warnings.catch_warnings(record=True) as caught:
         shell.execution_count = index + 1
         result = shell.run_cell(block["source"], store_history=True)
+        settle()
         _flush_figures(sink)
     duration = time.perf_counter() - started
     wall_ended = time.time()
