@@ -4,7 +4,7 @@ page-level exclusivity?
 On a throw-away copy of the tree, the timing pages below run RUNS times with each page
 marked ``exclusive: true`` (the whole page alone, after the others) and RUNS times with
 ``exclusive: varies`` (only its timing blocks alone, the rest side by side with a
-concurrent page). Every value those pages glue from a timing block is collected per run;
+concurrent page), the two modes taking turns. Every value those pages glue from a timing block is collected per run;
 the figure is each value's spread across runs, (max - min) / median, and the wall time of
 a run.
 """
@@ -68,27 +68,30 @@ def main() -> None:
         tree = Path(scratch) / "tree"
         tree.mkdir()
         copy_tree(tree)
-        summary = {}
-        for mode in ("true", "varies"):
-            set_exclusive(tree, mode)
-            walls, runs = [], []
-            for run in range(RUNS):
+        modes = ("true", "varies")
+        walls = {mode: [] for mode in modes}
+        runs = {mode: [] for mode in modes}
+        for run in range(RUNS):
+            for mode in modes:  # interleaved, so that a drift of the machine hits both alike
+                set_exclusive(tree, mode)
                 cache = Path(scratch) / f"cache-{mode}-{run}"
-                walls.append(run_once(tree, cache))
-                runs.append(glued_timings(cache))
-            names = sorted(set.intersection(*(set(r) for r in runs)))
+                walls[mode].append(run_once(tree, cache))
+                runs[mode].append(glued_timings(cache))
+        summary = {}
+        for mode in modes:
+            names = sorted(set.intersection(*(set(r) for r in runs[mode])))
             spreads = {}
             for name in names:
-                values = [r[name] for r in runs]
+                values = [r[name] for r in runs[mode]]
                 middle = statistics.median(values)
                 if middle:
                     spreads[name] = (max(values) - min(values)) / abs(middle)
-            summary[mode] = (walls, spreads)
+            summary[mode] = (walls[mode], spreads)
     print(f"pages timed: {', '.join(TIMED)}; running beside them: {', '.join(CONCURRENT)}; "
           f"{RUNS} runs each")
-    for mode, (walls, spreads) in summary.items():
-        print(f"exclusive: {mode:<6}  wall per run {statistics.median(walls):6.1f} s "
-              f"(min {min(walls):.1f}, max {max(walls):.1f}); glued timing values: "
+    for mode, (mode_walls, spreads) in summary.items():
+        print(f"exclusive: {mode:<6}  wall per run {statistics.median(mode_walls):6.1f} s "
+              f"(min {min(mode_walls):.1f}, max {max(mode_walls):.1f}); glued timing values: "
               f"{len(spreads)}, median spread {statistics.median(spreads.values()):.2f}, "
               f"largest {max(spreads.values()):.2f}")
     names = sorted(set(summary["true"][1]) & set(summary["varies"][1]))
