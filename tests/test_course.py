@@ -142,7 +142,7 @@ def test_verification_statement_follows_the_record(site):
     copy.build("record", fresh=True)
     after = copy.build().html()
     assert re.search(r"Every snippet ran before it was printed \(Python 3\.11\.\d+, "
-                     r"[^()]+ \((AVX\w*|SSE4_2), \d+ cores?\), \d{4}-\d\d-\d\d\)", after)
+                     r".+? \((AVX\w*|SSE4_2), \d+ cores?\), \d{4}-\d\d-\d\d\)", after)
 
 
 def test_notebook_outputs_of_every_kind(tmp_path):
@@ -167,7 +167,7 @@ def test_notebook_outputs_of_every_kind(tmp_path):
 
 def test_notebook_sets_up_what_the_worker_set_up(tmp_path, monkeypatch):
     """The download's first code cell sets exactly the variables the engine gave the page."""
-    from verified.execute import page_environment, worker_env
+    from verified.driver import page_environment, worker_env
     from verified.model import DocJob, DocSettings
 
     monkeypatch.delenv("XLA_FLAGS", raising=False)

@@ -254,7 +254,7 @@ def test_interpreter_that_never_starts(monkeypatch):
 
 
 def test_matplotlib_uses_the_project_directory_not_the_users():
-    from verified.execute import matplotlib_dir
+    from verified.driver import matplotlib_dir
 
     result = run("import matplotlib\nprint(matplotlib.get_configdir())\n"
                  "print(matplotlib.get_cachedir())")

@@ -10,18 +10,15 @@ from html import unescape
 
 import pytest
 
-from verified.matrix import (
-    FAILED_BECAUSE,
-    assigned_names,
-    dependent_failures,
-    minimum_version,
-    PageMatrix,
-    MatrixVersion,
-    Verdict,
-    FAILS,
-    SAME,
-)
 from verified.model import FAILED, NOT_RUN, RAN, Block, BlockResult, ErrorInfo
+from verified.pages import PageVerdicts, minimum_version
+from verified.target_record import FAILED_BECAUSE, assigned_names, dependent_failures
+from verified.targets import VERSION, Target
+from verified.verdict import FAILS, SAME, Verdict
+
+
+def version(name: str, python=None) -> Target:
+    return Target(VERSION, name, f"jax {name}", python)
 
 VERSION_DIR = "jax-0.0-old"
 
@@ -75,9 +72,9 @@ def test_blocks_left_unrun_by_a_crash_depend_on_it():
 
 
 def test_minimum_version_is_the_oldest_with_no_failure():
-    old, middle = MatrixVersion("0.4.38", None), MatrixVersion("0.6.0", None)
+    old, middle = version("0.4.38"), version("0.6.0")
     block = _blocks("x = 1")[0]
-    page = PageMatrix("p", (block,), {"0.4.38": [(block, Verdict(FAILS, old))],
+    page = PageVerdicts("p", (block,), {"0.4.38": [(block, Verdict(FAILS, old))],
                                       "0.6.0": [(block, Verdict(SAME, middle))]})
     assert minimum_version(page, (old, middle), "0.10.2") == "0.6.0"
     page.verdicts["0.6.0"] = [(block, Verdict(FAILS, middle))]
@@ -101,7 +98,7 @@ def matrix_site(tmp_path_factory):
 
 def _captions(page: str) -> list[str]:
     return [unescape(re.sub(r"<[^>]+>", "", text)).strip()
-            for text in re.findall(r'<p class="cell-caption cell-matrix[^"]*">(.*?)</p>', page,
+            for text in re.findall(r'<p class="cell-caption cell-target cell-target-version[^"]*">(.*?)</p>', page,
                                    re.S)]
 
 
@@ -114,7 +111,7 @@ def test_matrix_record_statuses(matrix_site):
     assert data["blocks"][5]["because"] == 4
     assert data["blocks"][6]["error"] == "NameError: name 'never_defined' is not defined"
     report = json.loads((copy.path / "_build" / "matrix" / "execution-report.json").read_text())
-    assert {row["version"] for row in report["blocks"]} == {"0.0-old"}
+    assert {row["target"] for row in report["blocks"]} == {"0.0-old"}
     # The main build's report names its version too (None here: the test root runs no JAX).
     main = json.loads((copy.path / "_build" / "execution-report.json").read_text())
     assert main["builder"] == "html" and all("version" in row for row in main["blocks"])
@@ -202,7 +199,7 @@ def test_matrix_doctest_passes_then_catches_a_change(tmp_path):
     record.write_text(record.read_text().replace("old output", "older output"))
     checked = copy.build("matrix-doctest", fresh=True)
     assert "matrix: 7 passed, 1 failed" in checked.status
-    assert "index.md:13: output on jax 0.0-old differs from its matrix record" in checked.status
+    assert "index.md:13: output on jax 0.0-old differs from its record" in checked.status
     assert checked.app.statuscode == 1
 
 
@@ -234,10 +231,10 @@ def test_the_landing_statement_names_the_matrix_and_ignores_its_records(tmp_path
 
 
 def test_matrix_records_hold_no_local_path_time_or_id(tmp_path):
-    from verified.matrix import local_paths, quiet_log
+    from verified.target_record import local_paths, quiet_log
 
     venv = tmp_path / ".venv-jax-9.9"
-    clean = local_paths(MatrixVersion("9.9", venv / "bin" / "python"))
+    clean = local_paths(version("9.9", venv / "bin" / "python"))
     assert clean(f"ImportError: cannot import name 'AxisType' from 'jax.sharding' "
                  f"({venv}/lib/python3.11/site-packages/jax/sharding.py)") == (
         "ImportError: cannot import name 'AxisType' from 'jax.sharding' (<path>)")
@@ -250,10 +247,11 @@ def test_matrix_records_hold_no_local_path_time_or_id(tmp_path):
 def test_matrix_varies_names_blocks_by_page_and_source():
     from types import SimpleNamespace
 
-    from verified.matrix import as_on_matrix
+    from verified.verdict import as_on_target
 
     config = SimpleNamespace(matrix_varies={"p": ("faster than",)})
     timed, plain = _blocks("print('faster than compiling:', a < b)", "print(1)")
-    assert as_on_matrix(config, "p", timed).varies
-    assert not as_on_matrix(config, "p", plain).varies
-    assert not as_on_matrix(config, "other", timed).varies
+    old = version("0.4.38")
+    assert as_on_target(config, "p", timed, old).varies
+    assert not as_on_target(config, "p", plain, old).varies
+    assert not as_on_target(config, "other", timed, old).varies

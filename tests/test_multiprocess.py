@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from verified.model import Block, BlockResult, ErrorInfo, Output
-from verified.multiprocess import Slots, combine
+from verified.gate import Slots
+from verified.multiprocess import combine
 
 PAGES = ("outputs", "raises", "hang", "orphans")
 

@@ -19,7 +19,7 @@ from nbclient import NotebookClient
 
 from course.downloads import make_notebook
 from verified.collect import collect
-from verified.execute import page_environment
+from verified.driver import page_environment
 from verified.record import BUILTIN_NORMALIZERS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,9 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 
 from verified.model import DocResult, DocSettings
-from verified.execute import page_environment
-from verified.schedule import result_for, state
+from verified.driver import page_environment
+from verified.inject import result_for
+from verified.state import state
 
 from .chapters import ordered
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
-from verified.matrix import MATRIX_DIR
+from verified.targets import TARGET_DIRS
 from verified.record import read_record, record_path
-from verified.schedule import state
+from verified.state import state
 
 from .chapters import aggregate_pages
 
@@ -19,7 +19,8 @@ NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"
 
 
 def verification_statement(records: list, sharding_devices: int | None,
-                           matrix_versions: tuple[str, ...] = ()) -> str:
+                           matrix_versions: tuple[str, ...] = (),
+                           platforms: tuple[str, ...] = ()) -> str:
     """The sentence under the course's promise, made from what the record says (and the
     other verified versions, ``verified_matrix``)."""
     if not records:
@@ -44,22 +45,25 @@ def verification_statement(records: list, sharding_devices: int | None,
     if sharding_devices and sharding_devices > 1:
         count = NUMBER_WORDS.get(sharding_devices, str(sharding_devices))
         details.append(f"{count} host devices for the sharding chapter")
-    if matrix_versions:
-        others = " and ".join(f"jax {v}" for v in matrix_versions)
+    if matrix_versions or platforms:
+        others = " and ".join([*(f"jax {v}" for v in matrix_versions),
+                               *(f"a {label}" for label in platforms)])
+        pages = " and ".join(name for name, present in (("Versions", matrix_versions),
+                                                        ("Platforms", platforms)) if present)
         return (f"Every snippet ran before it was printed ({'; '.join(details)}), and printed "
                 f"outputs are real outputs. Every snippet is also run on {others}: its caption "
-                f"says whether the output there is the same or differs, or what that version "
-                f"raises, and the Versions page counts them.")
+                f"says whether the output there is the same or differs, or what is raised "
+                f"there, and the {pages} page{'s' if ' and ' in pages else ''} count them.")
     return (f"Every snippet ran before it was printed ({'; '.join(details)}), and printed "
             f"outputs are real outputs. Where the current API differs from the verified one, "
             f"the caption says so.")
 
 
 def record_listing(record_dir: Path) -> list[str]:
-    """The pages of the main record (the version matrix's records, under matrix/, are not)."""
+    """The pages of the main record (the targets' records, under matrix/ and platform/, are not)."""
     return sorted(path.relative_to(record_dir).with_suffix("").as_posix()
                   for path in record_dir.rglob("*.json")
-                  if path.relative_to(record_dir).parts[0] != MATRIX_DIR) \
+                  if path.relative_to(record_dir).parts[0] not in TARGET_DIRS) \
         if record_dir.exists() else []
 
 
@@ -89,8 +93,9 @@ class VerificationStatementDirective(SphinxDirective):
             if path.exists():
                 sharding = read_record(record_dir, self.config.course_sharding_chapter)
         devices = sharding.environment.device_count if sharding else None
-        matrix_versions = tuple(v.version for v in state(self).config.matrix)
-        text = verification_statement(records, devices, matrix_versions)
+        matrix_versions = tuple(v.name for v in state(self).config.matrix)
+        platforms = tuple(p.label for p in state(self).config.platforms)
+        text = verification_statement(records, devices, matrix_versions, platforms)
         return [nodes.paragraph(text, text, classes=["course-verification"])]
 
 

@@ -4,17 +4,22 @@ The pipeline, one module per phase:
 
     directive.py  parse ``{code-cell}`` and leave a placeholder node
     collect.py    read a page's blocks and settings from its source, and key them
+    state.py      what one build knows: configuration, collected pages, results, records
     schedule.py   before Sphinx reads, run the pages that need it, concurrently
     execute.py    run one page in a fresh subprocess (worker.py is the child side)
     multiprocess.py  run a page as N cooperating processes (multi-host JAX), in lock-step
+                  (driver.py: what both drivers share; gate.py: the gate and the slots)
     cache.py      store results by key; record.py keeps the verified record
                   (tolerance.py compares the numbers a block declared machine-rounded)
+    targets.py    the other places every page runs: older versions, other platforms
+    target_record.py  their records; verdict.py  each block's verdict on each target
     render.py     turn a typed result into docutils nodes (glue.py: values prose inserts)
-    builders.py   the builders that execute instead of publishing: ``doctest``,
-                  ``record``, ``matrix`` and ``matrix-doctest``
-    matrix.py     the version matrix: every page also run under the other verified
-                  versions, their records, their verdicts in the captions, and the
-                  Versions page
+    inject.py     put results, captions and verdicts into each page's doctree
+    report.py     the execution report after each build
+    builders.py   the builders that execute instead of publishing: ``doctest``, ``record``,
+                  and for the targets ``matrix``, ``matrix-doctest``, ``platform`` and
+                  ``platform-doctest``
+    pages.py      the generated Versions and Platforms pages
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from . import config, glue, matrix, schedule
-from .builders import (MatrixDoctestBuilder, MatrixRecordBuilder, RecordBuilder,
-                       VerifiedDoctestBuilder)
+from . import config, glue, inject, pages, report, schedule, state
+from .builders import (MatrixDoctestBuilder, MatrixRecordBuilder, PlatformDoctestBuilder,
+                       PlatformRecordBuilder, RecordBuilder, VerifiedDoctestBuilder,
+                       check_targets)
 from .directive import CodeCellDirective, code_cell
 from .render import depart_reveal_html, depart_reveal_plain, reveal, visit_reveal_html, visit_reveal_plain
 
@@ -53,18 +59,19 @@ def setup(app: Sphinx) -> dict:
     plain = (visit_reveal_plain, depart_reveal_plain)
     app.add_node(reveal, html=(visit_reveal_html, depart_reveal_html),
                  latex=plain, text=plain, man=plain, texinfo=plain)
-    app.connect("doctree-read", schedule.on_doctree_read, priority=400)
-    app.add_builder(VerifiedDoctestBuilder)
-    app.add_builder(RecordBuilder)
-    app.add_builder(MatrixRecordBuilder)
-    app.add_builder(MatrixDoctestBuilder)
-    app.add_directive("versions-matrix", matrix.make_directive())
-    app.connect("env-get-outdated", matrix.versions_outdated)
-    app.connect("builder-inited", schedule.on_builder_inited)
+    app.connect("doctree-read", inject.on_doctree_read, priority=400)
+    for builder in (VerifiedDoctestBuilder, RecordBuilder, MatrixRecordBuilder,
+                    MatrixDoctestBuilder, PlatformRecordBuilder, PlatformDoctestBuilder):
+        app.add_builder(builder)
+    app.add_directive("versions-matrix", pages.VersionsMatrix)
+    app.add_directive("platforms-matrix", pages.PlatformsMatrix)
+    app.connect("env-get-outdated", pages.generated_outdated)
+    app.connect("builder-inited", state.on_builder_inited)
+    app.connect("builder-inited", check_targets, priority=600)
     app.connect("build-finished", _copy_static)
     app.add_css_file("verified.css")
     app.connect("env-get-outdated", schedule.on_env_get_outdated)
     app.connect("env-before-read-docs", schedule.on_env_before_read_docs)
-    app.connect("build-finished", schedule.on_build_finished)
+    app.connect("build-finished", report.on_build_finished)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True,
             "env_version": 1}

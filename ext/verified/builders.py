@@ -1,11 +1,12 @@
-"""The builders that execute instead of publishing: ``doctest``, ``record``, ``matrix`` and
-``matrix-doctest``.
+"""The builders that execute instead of publishing.
 
 None writes HTML. ``doctest`` and ``record`` read every page, which executes every page
 fresh (without the cache): ``doctest`` compares each block with the verified record and
-reports; ``record`` rewrites the record from what just ran. The matrix builders read every
-page without executing it and run the pages under each other verified version themselves
-(``matrix.run_matrix``): ``matrix`` writes their records, ``matrix-doctest`` compares.
+reports; ``record`` rewrites the record from what just ran. The target builders read every
+page without executing it and run the pages on each verified target themselves, with the
+scheduler and that target's interpreter (``run_target``): ``matrix`` and ``platform`` write
+the versions' and the platforms' records, ``matrix-doctest`` and ``platform-doctest``
+compare with them.
 """
 
 from __future__ import annotations
@@ -13,27 +14,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+from sphinx.application import Sphinx
 from sphinx.builders import Builder
+from sphinx.errors import SphinxError
 from sphinx.util import logging
 
-from .matrix import (
-    FAILED_BECAUSE,
-    MATRIX_DIR,
-    MatrixVersion,
-    as_on_matrix,
-    dependent_failures,
-    make_matrix_record,
-    matrix_record_dir,
-    read_matrix_record,
-    run_matrix,
-    write_matrix_record,
-)
+from .driver import fallback_environment
+from .execute import run_document
 from .model import FAILED, DocResult
 from .record import RecordedBlock, compare, make_record, record_path, write_record
-from .schedule import _relative, state
+from .schedule import run_pages
+from .state import relative, state
+from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, dependent_failures,
+                            make_target_record, not_run_record, read_target_record,
+                            target_record_dir, write_target_record)
+from .targets import PLATFORM, TARGET_DIRS, VERSION, Target, job_for, probe
+from .verdict import as_on_target
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +45,23 @@ class ComparisonReport:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.passed = self.failed = 0
+        self.apart: dict[str, int] = {}  # blocks counted apart, by why: "on TPU v5e only"
 
-    def page(self, title: str, passed: int, failures: list[str]) -> None:
+    def page(self, title: str, passed: int, failures: list[str],
+             apart: dict[str, int] | None = None) -> None:
         self.passed += passed
         self.failed += len(failures)
-        self.lines.append(f"{title}: {passed} passed, {len(failures)} failed")
+        line = f"{title}: {passed} passed, {len(failures)} failed"
+        for why, count in sorted((apart or {}).items()):
+            self.apart[why] = self.apart.get(why, 0) + count
+            line += f", {count} {why}"
+        self.lines.append(line)
         self.lines.extend("  " + failure.replace("\n", "\n  ") for failure in failures)
 
     def write(self, outdir: Path, total: str) -> None:
-        lines = [*self.lines, f"{total}{self.passed} passed, {self.failed} failed"]
+        summary = f"{total}{self.passed} passed, {self.failed} failed"
+        summary += "".join(f", {count} {why}" for why, count in sorted(self.apart.items()))
+        lines = [*self.lines, summary]
         outdir.mkdir(parents=True, exist_ok=True)
         (outdir / "output.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         for line in lines:
@@ -100,12 +108,18 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
     def finish(self) -> None:
         build = state(self)
         report = ComparisonReport()
+        labels = {target.name: target.label for target in build.config.platforms}
         for docname, found, result in self.executed_pages():
             record = build.record_for(docname)
             passed = 0
             failures: list[str] = []
+            apart: dict[str, int] = {}
             for block in found.job.blocks:
                 location = f"{os.path.relpath(found.job.path)}:{block.line}"
+                if block.platform:  # `make platform-doctest` verifies it, on that platform
+                    why = f"on {labels.get(block.platform, block.platform)} only"
+                    apart[why] = apart.get(why, 0) + 1
+                    continue
                 live = result.blocks[block.index] if result else None
                 if live is None or live.failed:
                     why = live.failure if live else "the page did not run (see the errors above)"
@@ -122,7 +136,7 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
                 else:
                     failures.append(f"FAILED {location}: output differs from the record\n"
                                     + comparison.diff)
-            report.page(docname, passed, failures)
+            report.page(docname, passed, failures, apart)
         report.write(Path(self.outdir), total="")
         build.comparison_failed = report.failed > 0
 
@@ -149,125 +163,214 @@ class RecordBuilder(_ExecutingBuilder):
             return  # a partial run keeps the other pages' records
         record_dir = Path(build.config.record_dir)
         for stale in record_dir.rglob("*.json"):
-            if stale.relative_to(record_dir).parts[0] == MATRIX_DIR:
-                continue  # the version matrix's records: `make matrix` keeps them
+            if stale.relative_to(record_dir).parts[0] in TARGET_DIRS:
+                continue  # the targets' records: `make matrix` and `make platform` keep them
             if stale not in written:
                 stale.unlink()
                 logger.info(f"removed stale record {stale}")
 
 
-# -- the version matrix (matrix.py): the other verified versions ------------------------------
+# -- the verified targets (targets.py): other versions and platforms --------------------------
 
-class _MatrixBuilder(_PagelessBuilder):
-    """Reads every page without executing it (schedule.py leaves pages to this builder),
-    then runs them under each matrix version."""
+class TargetUnavailable(SphinxError):
+    category = "Target unavailable"
+
+
+def run_target(builder: Builder, target: Target) -> list[tuple[str, Any, DocResult | None, str]]:
+    """Runs every selected page on ``target`` (past failed blocks), with the scheduler and the
+    target's interpreter: ``(docname, collected, result, why)`` per page, in name order; a
+    page that does not run there has no result and says why."""
+    build = state(builder)
+    config = build.config
+    found = {}
+    for docname in sorted(builder.env.found_docs):
+        if config.pages and docname not in config.pages:
+            continue
+        collected = build.collect(builder.env, docname)
+        if collected is not None and collected.job.blocks and not collected.problems:
+            found[docname] = collected
+    skipped = {docname: target.no_multiprocess for docname, collected in found.items()
+               if target.no_multiprocess and collected.job.settings.processes > 1}
+    jobs = [job_for(collected.job, target)
+            for docname, collected in found.items() if docname not in skipped]
+    at_once = 1 if target.serial else config.jobs
+    logger.info(f"executing {len(jobs)} page(s) on {target.label} ({at_once} at a time)"
+                + (f"; {len(skipped)} not run there" if skipped else ""))
+    extra_env = {**config.env, **dict(target.env)}
+
+    def run(job, gate, pinned):
+        for attempt in (1, 2):
+            result = run_document(job, default_timeout=config.timeout, extra_env=extra_env,
+                                  gate=gate, cores=pinned, python=str(target.python),
+                                  keep_going=True, collective_flags=target.kind == PLATFORM)
+            if not (target.serial and attempt == 1 and _chip_refused(result)):
+                break
+            logger.info(f"  {target.label}: {job.docname}: the chip was still held; again")
+            time.sleep(CHIP_RELEASE_WAIT)
+        failed = sum(1 for block in result.blocks if block.failed)
+        logger.info(f"  {target.label}: {job.docname}: {len(job.blocks)} blocks, "
+                    f"{result.duration:.1f} s, {failed} failed")
+        return result
+
+    results = {result.docname: result
+               for result in run_pages(config, jobs, run, serial=target.serial)}
+    return [(docname, collected, results.get(docname), skipped.get(docname, ""))
+            for docname, collected in found.items()]
+
+
+# An accelerator that a program has just let go of can refuse the next one for a moment.
+CHIP_RELEASE_WAIT = 5.0
+
+
+def _chip_refused(result: DocResult) -> bool:
+    """Whether the page's interpreter could not open the chip (another program held it)."""
+    return any(block.error is not None and "lockfile" in block.error.evalue
+               for block in result.blocks)
+
+
+class _TargetBuilder(_PagelessBuilder):
+    """Reads every page without executing it (the scheduler leaves pages to this builder),
+    then runs them on each target of its kind."""
 
     runs_pages_itself = True
+    kind = VERSION
 
-    def versions(self) -> tuple[MatrixVersion, ...]:
+    def targets(self) -> tuple[Target, ...]:
+        """This builder's targets, each checked to be runnable here (else it stops at once)."""
+        checked = getattr(self, "_checked", None)
+        if checked is not None:
+            return checked
         build = state(self)
-        versions = build.config.matrix
-        if not versions:
-            logger.warning("verified_matrix names no version: nothing to run",
-                           type="verified", subtype="matrix")
-        for version in versions:
-            if not os.access(version.python, os.X_OK):
-                raise RuntimeError(f"{version.label}: no interpreter at {version.python} "
-                                   f"(`make matrix` creates its virtualenv)")
-        return versions
+        if self.kind == VERSION:
+            targets, option = build.config.matrix, "verified_matrix"
+        else:
+            targets, option = build.config.platforms, "verified_platforms"
+        if not targets:
+            logger.warning(f"{option} names nothing to run", type="verified", subtype="target")
+        for target in targets:
+            if not os.access(target.python, os.X_OK):
+                raise TargetUnavailable(f"{target.label}: no interpreter at {target.python} "
+                                        f"(`make matrix` creates a version's virtualenv)")
+            if target.kind == PLATFORM:
+                why = probe(target, build.config.env)
+                if why:
+                    raise TargetUnavailable(f"{target.label} is not here: {why}; "
+                                            f"`make {self.name}` runs on that platform only")
+        self._checked = targets
+        return targets
 
-    def run_all(self) -> list[tuple[MatrixVersion, str, Any, DocResult]]:
+    def run_all(self) -> list[tuple[Target, str, Any, DocResult | None, str]]:
         rows = []
-        for version in self.versions():
-            for docname, (collected, result) in sorted(run_matrix(self, version).items()):
-                found = result.environment.jax
-                if found and found != version.version:
-                    logger.warning(f"{version.label}: the interpreter {version.python} runs "
-                                   f"jax {found}", type="verified", subtype="matrix")
-                rows.append((version, docname, collected, result))
+        for target in self.targets():
+            for docname, collected, result, why in run_target(self, target):
+                found = result.environment.jax if result else None
+                if target.kind == VERSION and found and found != target.name:
+                    logger.warning(f"{target.label}: the interpreter {target.python} runs "
+                                   f"jax {found}", type="verified", subtype="target")
+                rows.append((target, docname, collected, result, why))
         self.write_report(rows)
         return rows
 
+    @staticmethod
+    def record_of(target: Target, collected, result: DocResult | None, why: str, rows):
+        """The target record a run makes: from its result, or, for a page that does not run
+        there, each block marked so with the reason (in the environment of the others)."""
+        if result is not None:
+            return make_target_record(collected.job.blocks, result, target)
+        seen = next((row[3].environment for row in rows
+                     if row[0] == target and row[3] is not None), None)
+        return not_run_record(collected.job.blocks, collected.job.docname, target, why,
+                              seen or fallback_environment())
+
     def write_report(self, rows) -> None:
-        """The execution report of a matrix build: each block's result and its version."""
+        """The execution report of a target build: each block's result and its target."""
         blocks = []
-        for version, docname, collected, result in rows:
-            because = dependent_failures(collected.job.blocks, result.blocks)
+        for target, docname, collected, result, why in rows:
+            because = dependent_failures(collected.job.blocks, result.blocks) if result else {}
             for block in collected.job.blocks:
-                block_result = result.blocks[block.index]
+                block_result = result.blocks[block.index] if result else None
+                status = (NOT_RUN_THERE if block_result is None else
+                          FAILED_BECAUSE if block.index in because else block_result.status)
                 blocks.append({
-                    "document": _relative(collected.job.path, self.srcdir),
+                    "document": relative(collected.job.path, self.srcdir),
                     "docname": docname,
                     "line": block.line,
-                    "version": version.version,
-                    "status": FAILED_BECAUSE if block.index in because else block_result.status,
-                    "duration": round(block_result.duration, 4),
-                    "environment": dataclasses.asdict(result.environment),
+                    "target": target.name,
+                    "status": status,
+                    "duration": round(block_result.duration, 4) if block_result else 0.0,
+                    "environment": dataclasses.asdict(result.environment) if result else None,
                 })
-        pages = [{"docname": docname, "version": version.version,
-                  "duration": round(result.duration, 4)}
-                 for version, docname, _, result in rows]
+        pages = [{"docname": docname, "target": target.name,
+                  "duration": round(result.duration, 4) if result else 0.0}
+                 for target, docname, _, result, _ in rows]
         path = Path(self.outdir, "execution-report.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"builder": self.name, "pages": pages, "blocks": blocks},
                                    indent=1) + "\n", encoding="utf-8")
 
 
-class MatrixRecordBuilder(_MatrixBuilder):
-    """``make matrix``: writes ``record/matrix/jax-<version>/<page>.json`` for each version."""
+class _TargetRecordBuilder(_TargetBuilder):
+    """Writes ``record/<target folder>/<page>.json`` for each target."""
 
-    name = "matrix"
-    epilog = "Matrix records written under the record directory"
+    epilog = "Target records written under the record directory"
 
     def finish(self) -> None:
         build = state(self)
         written: dict[str, set[Path]] = {}
         counts: dict[str, dict[str, int]] = {}
-        for version, docname, collected, result in self.run_all():
-            record = make_matrix_record(collected.job.blocks, result, version)
-            path = write_matrix_record(build.config.record_dir, version, record)
-            written.setdefault(version.version, set()).add(path)
-            tally = counts.setdefault(version.version, {})
+        rows = self.run_all()
+        targets = []
+        for target, docname, collected, result, why in rows:
+            if target not in targets:
+                targets.append(target)
+            record = self.record_of(target, collected, result, why, rows)
+            path = write_target_record(build.config.record_dir, target, record)
+            written.setdefault(target.dirname, set()).add(path)
+            tally = counts.setdefault(target.dirname, {})
             for block in record.blocks:
                 tally[block.status] = tally.get(block.status, 0) + 1
-        for version in build.config.matrix:
-            tally = counts.get(version.version, {})
-            logger.info(f"{version.label}: " + ", ".join(
+        for target in targets:
+            tally = counts.get(target.dirname, {})
+            logger.info(f"{target.label}: " + ", ".join(
                 f"{tally[status]} {status}" for status in sorted(tally)))
             if build.config.pages:
                 continue  # a partial run keeps the other pages' records
-            for stale in matrix_record_dir(build.config.record_dir, version).rglob("*.json"):
-                if stale not in written.get(version.version, set()):
+            for stale in target_record_dir(build.config.record_dir, target).rglob("*.json"):
+                if stale not in written.get(target.dirname, set()):
                     stale.unlink()
-                    logger.info(f"removed stale matrix record {stale}")
+                    logger.info(f"removed stale record {stale}")
 
 
-class MatrixDoctestBuilder(_MatrixBuilder):
-    """``make matrix-doctest``: every page re-run under each version, every block compared
-    with its matrix record (status, exception and outputs, within the block's tolerance)."""
+class _TargetDoctestBuilder(_TargetBuilder):
+    """Every page re-run on each target, every block compared with its record there (status,
+    exception and outputs, within the block's tolerance)."""
 
-    name = "matrix-doctest"
-    epilog = "Matrix doctest report written to %(outdir)s/output.txt"
+    epilog = "Target doctest report written to %(outdir)s/output.txt"
 
     def finish(self) -> None:
         build = state(self)
         report = ComparisonReport()
-        for version, docname, collected, result in self.run_all():
-            record = read_matrix_record(build.config.record_dir, version, docname)
-            live = make_matrix_record(collected.job.blocks, result, version)
+        rows = self.run_all()
+        for target, docname, collected, result, why in rows:
+            record = read_target_record(build.config.record_dir, target, docname)
+            live = self.record_of(target, collected, result, why, rows)
             passed = 0
             failures: list[str] = []
+            apart: dict[str, int] = {}
             for block in collected.job.blocks:
                 location = f"{os.path.relpath(collected.job.path)}:{block.line}"
                 recorded = record.block_for(block) if record else None
                 now = live.blocks[block.index]
                 if recorded is None:
-                    failures.append(f"FAILED {location}: not in the {version.label} matrix "
-                                    f"record (run `make matrix`)")
+                    failures.append(f"FAILED {location}: not in the {target.label} record "
+                                    f"(run `make {self.name.removesuffix('-doctest')}`)")
                     continue
                 if (recorded.status, recorded.because) != (now.status, now.because):
                     failures.append(f"FAILED {location}: {recorded.status} in the record, "
                                     f"{now.status} now" + (f" ({now.error})" if now.error else ""))
+                    continue
+                if now.status == NOT_RUN_THERE:
+                    apart["not run there"] = apart.get("not run there", 0) + 1
                     continue
                 if now.status == FAILED_BECAUSE or (now.status == FAILED
                                                     and recorded.error == now.error):
@@ -277,16 +380,48 @@ class MatrixDoctestBuilder(_MatrixBuilder):
                                           source_sha256=recorded.source_sha256,
                                           status=recorded.status, outputs=recorded.outputs,
                                           warnings=recorded.warnings)
-                comparison = compare(as_on_matrix(build.config, docname, block),
+                comparison = compare(as_on_target(build.config, docname, block, target),
                                      now.as_result(block.index), main_like,
-                                     build.config.normalizers, version.version)
+                                     build.config.normalizers, record.environment.jax)
                 if comparison.verdict in ("match", "unchecked"):
                     passed += 1
                 else:
-                    failures.append(f"FAILED {location}: output on {version.label} differs from "
-                                    f"its matrix record\n" + comparison.diff)
-            report.page(f"{version.label}: {docname}", passed, failures)
-        report.write(Path(self.outdir), total="matrix: ")
+                    failures.append(f"FAILED {location}: output on {target.label} differs "
+                                    f"from its record\n" + comparison.diff)
+            report.page(f"{target.label}: {docname}", passed, failures, apart)
+        report.write(Path(self.outdir), total=f"{self.name.removesuffix('-doctest')}: ")
         if report.failed:
             build.comparison_failed = True
             self._app.statuscode = 1
+
+
+class MatrixRecordBuilder(_TargetRecordBuilder):
+    """``make matrix``: writes ``record/matrix/jax-<version>/<page>.json`` for each version."""
+
+    name = "matrix"
+
+
+class MatrixDoctestBuilder(_TargetDoctestBuilder):
+    """``make matrix-doctest``: compares every page under each version with its record."""
+
+    name = "matrix-doctest"
+
+
+class PlatformRecordBuilder(_TargetRecordBuilder):
+    """``make platform``: writes ``record/platform/<name>/<page>.json`` on that platform."""
+
+    name = "platform"
+    kind = PLATFORM
+
+
+class PlatformDoctestBuilder(_TargetDoctestBuilder):
+    """``make platform-doctest``: compares every page on the platform with its record."""
+
+    name = "platform-doctest"
+    kind = PLATFORM
+
+
+def check_targets(app: Sphinx) -> None:
+    """A target builder stops before reading any page when a target cannot run here."""
+    if isinstance(app.builder, _TargetBuilder):
+        app.builder.targets()

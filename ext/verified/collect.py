@@ -83,8 +83,9 @@ def _nested_cell_lines(tokens: list[Token], offset: int):
 
 
 def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = frozenset(),
-            text: str | None = None) -> Collected:
-    """Parses ``path`` into a DocJob (its key is filled in by ``with_key``)."""
+            text: str | None = None, platforms: frozenset[str] = frozenset()) -> Collected:
+    """Parses ``path`` into a DocJob (its key is filled in by ``with_key``). ``platforms``
+    are the verified platforms a block may be marked to run on alone."""
     path = Path(path)
     if text is None:
         text = path.read_text(encoding="utf-8")
@@ -123,6 +124,12 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
         if unknown:
             problems.append(Problem(line, f"unknown normaliser(s) {', '.join(sorted(unknown))}",
                                     "option", reported=True))
+            continue
+        only_on = parsed.options.get("platform")
+        if only_on is not None and only_on not in platforms:
+            known = ", ".join(sorted(platforms)) or "none"
+            problems.append(Problem(line, f"unknown platform {only_on!r} "
+                                    f"(verified_platforms names: {known})", "option"))
             continue
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options,
                              settings))
@@ -185,6 +192,7 @@ def _block(index: int, line: int, source: str, options: dict,
         normalize=tuple(options.get("normalize", ())),
         tolerance=None if tolerance == "exact" else tolerance,
         exclusive="exclusive" in options or (settings.exclusive_varies and varies),
+        platform=options.get("platform"),
     )
 
 

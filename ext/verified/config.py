@@ -15,6 +15,7 @@ from sphinx.application import Sphinx
 from sphinx.errors import ConfigError
 
 from .model import DocSettings
+from .targets import parse_platforms, parse_versions
 from .tolerance import parse_tolerance
 
 # name: (default, rebuild, types)
@@ -31,6 +32,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     # The other verified versions (`make matrix`): "0.4.38" runs under .venv-jax-0.4.38, or
     # {"version": ..., "python": interpreter, "env": {...}} (matrix.py).
     "verified_matrix": ([], "env", (list, tuple)),
+    # The verified platforms (`make platform`): "tpu-v5e", or {"name": ..., "label": ...,
+    # "backend": ..., ...} (targets.py). Each runs every page with this JAX on that platform.
+    "verified_platforms": ([], "env", (list, tuple)),
     # {page: [a piece of a block's source, ...]}: blocks whose output varies on the other
     # versions only; the matrix checks that they run, not what they print.
     "verified_matrix_varies": ({}, "env", (dict,)),
@@ -52,7 +56,8 @@ class ExecutionConfig:
     report_path: Path
     normalizers: dict[str, tuple[tuple[str, str], ...]]
     pages: frozenset[str] = frozenset()
-    matrix: tuple = ()  # matrix.MatrixVersion, one per other verified version
+    matrix: tuple = ()  # targets.Target, one per other verified version
+    platforms: tuple = ()  # targets.Target, one per verified platform
     matrix_varies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     worker_cores: int = 0
 
@@ -110,7 +115,9 @@ def validate(app: Sphinx) -> ExecutionConfig:
                      else build_root / "execution-report.json"),
         normalizers=_validate_normalizers(config.verified_normalizers),
         pages=frozenset(pages),
-        matrix=_matrix_versions(config.verified_matrix, confdir),
+        matrix=_targets("verified_matrix", parse_versions, config.verified_matrix, confdir),
+        platforms=_targets("verified_platforms", parse_platforms, config.verified_platforms,
+                           confdir),
         matrix_varies=_matrix_varies(config.verified_matrix_varies),
         worker_cores=worker_cores,
     )
@@ -126,13 +133,11 @@ def _matrix_varies(value: Any) -> dict[str, tuple[str, ...]]:
     return {page: tuple(pieces) for page, pieces in value.items()}
 
 
-def _matrix_versions(value: Any, confdir: Path) -> tuple:
-    from .matrix import parse_versions
-
+def _targets(option: str, parse, value: Any, confdir: Path) -> tuple:
     try:
-        return parse_versions(value, confdir)
+        return parse(value, confdir)
     except ValueError as err:
-        raise ConfigError(f"verified_matrix: {err}") from None
+        raise ConfigError(f"{option}: {err}") from None
 
 
 def _validate_normalizers(value: Any) -> dict[str, tuple[tuple[str, str], ...]]:

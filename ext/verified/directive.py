@@ -95,6 +95,15 @@ def normalize_option(argument: str | None) -> tuple[str, ...]:
     return names
 
 
+def platform_option(argument: str | None) -> str:
+    """A verified platform's name (``verified_platforms``); checked when the block is
+    collected."""
+    name = (argument or "").strip()
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", name):
+        raise ValueError(f"expected a verified platform's name, such as tpu-v5e, got {name!r}")
+    return name
+
+
 def tolerance_option(argument: str | None) -> Tolerance | str:
     """``rtol=1e-5``, ``atol=1e-8 rtol=1e-4``, ``rtol=0.01 integers``, or ``exact``
     (which turns off the page's default tolerance)."""
@@ -158,6 +167,7 @@ class CodeCellDirective(SphinxDirective):
         "normalize": normalize_option,
         "tolerance": tolerance_option,
         "exclusive": directives.flag,
+        "platform": platform_option,
     })
 
     def run(self) -> list[nodes.Node]:

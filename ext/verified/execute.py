@@ -9,116 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
+from .driver import (STARTUP_LIMIT, WORKER, describe_exit, fallback_environment, kill,
+                     partial_outputs, select_within_limits, start_limits, worker_env)
 from .gate import BlockGate
-from .model import (
-    FAILED,
-    NOT_RUN,
-    BlockResult,
-    DocJob,
-    DocResult,
-    DocSettings,
-    Environment,
-    Output,
-    block_result_from_json,
-)
-
-WORKER = Path(__file__).with_name("worker.py")
-AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
-STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
-# Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
-# and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.
-HOST_COLLECTIVE_FLAGS = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=600",
-                         "--xla_cpu_collective_call_terminate_timeout_seconds=1200")
-
-
-def page_environment(settings: DocSettings, extra_env: dict[str, str],
-                     collective_flags: bool = True) -> dict[str, str]:
-    """The variables that change a page's output, set before its interpreter starts: the
-    configured ones (``verified_env``), the page's own ``env`` and its host-device count.
-    The notebook download sets exactly these in its first cell."""
-    env = {**extra_env, **dict(settings.env)}
-    if settings.host_devices:
-        count = str(settings.host_devices)
-        env["JAX_NUM_CPU_DEVICES"] = count
-        flags = [f"--xla_force_host_platform_device_count={count}",
-                 *(HOST_COLLECTIVE_FLAGS if collective_flags else ())]
-        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), *flags]))
-    return env
-
-
-def worker_env(job: DocJob, extra_env: dict[str, str], private_dir: str,
-               cores: tuple[int, ...] = (), collective_flags: bool = True) -> dict[str, str]:
-    """The worker's environment: ours, then the page's (XLA flags of ours, such as a
-    portability profile's ISA cap, are kept in front of the page's). ``cores`` reach the
-    worker as ``VERIFIED_CPU_AFFINITY``; it pins itself before anything sizes a thread pool.
-    ``private_dir`` is removed after the run: the IPython profile and every temporary file
-    the page makes (``TMPDIR``) go there, so a page's ``mkdtemp`` leaves nothing behind."""
-    env = dict(os.environ)
-    for name, value in page_environment(job.settings, extra_env, collective_flags).items():
-        if name == "XLA_FLAGS" and os.environ.get("XLA_FLAGS"):
-            value = f"{os.environ['XLA_FLAGS']} {value}"
-        env[name] = value
-    for name, folder in (("IPYTHONDIR", "ipython"), ("TMPDIR", "tmp")):
-        env[name] = os.path.join(private_dir, folder)
-        os.makedirs(env[name], exist_ok=True)
-    env["MPLCONFIGDIR"] = str(matplotlib_dir())
-    env["MPLBACKEND"] = "Agg"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("PYTHONHASHSEED", "0")
-    if cores:
-        env[AFFINITY_VARIABLE] = ",".join(map(str, cores))
-    return env
-
-
-def matplotlib_dir() -> Path:
-    """matplotlib's config and font cache for the workers: next to the matplotlib it belongs
-    to (in the virtualenv), never the user's ``~/.cache/matplotlib``, whose state would leak
-    into figure output."""
-    prefix = Path(sys.prefix)
-    base = prefix if os.access(prefix, os.W_OK) else Path(tempfile.gettempdir())
-    path = base / "var" / "verified-matplotlib"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _fallback_environment() -> Environment:
-    return Environment(
-        python=platform.python_version(),
-        cpu_count=os.cpu_count(),
-        platform=f"{sys.platform}-{platform.machine()}",
-        date=date.today().isoformat(),
-    )
-
-
-def _partial_outputs(capture_dir: str, index: int) -> list[Output]:
-    outputs = []
-    for kind in ("stdout", "stderr"):
-        path = Path(capture_dir, f"{index}.{kind}")
-        if path.exists():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            if text:
-                outputs.append(Output(kind=kind, text=text))
-    return outputs
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"the interpreter crashed ({name})"
-    return f"the interpreter exited with status {returncode}"
+from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
+from .multiprocess import run_multiprocess_document
 
 
 def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, str],
@@ -131,8 +33,6 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
     The version matrix (matrix.py) runs another ``python``, goes on after a failed block
     (``keep_going``) and leaves out XLA flags the older XLA does not know."""
     if job.settings.processes > 1:
-        from .multiprocess import run_multiprocess_document
-
         return run_multiprocess_document(job, default_timeout=default_timeout,
                                          extra_env=extra_env, gate=gate or BlockGate(),
                                          cores=cores, python=python,
@@ -260,7 +160,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     finally:
         selector.close()
         if not finished:
-            _kill(process)
+            kill(process)
         process.wait()
         if held is not None:
             gate.release(held)
@@ -277,44 +177,12 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         running = next((b.index for b in job.blocks if b.index not in done), None)
     if not finished and running is not None:
         if failure is None:
-            failure = _describe_exit(process.returncode)
+            failure = describe_exit(process.returncode)
             tail = stderr.strip().splitlines()[-5:]
             if tail:
                 failure += ": " + " / ".join(tail)
         results.append(BlockResult(index=running, status=FAILED, failure=failure,
-                                   outputs=_partial_outputs(capture_dir, running)))
-    return results, environment or _fallback_environment()
+                                   outputs=partial_outputs(capture_dir, running)))
+    return results, environment or fallback_environment()
 
 
-def _timeout_for(block, job: DocJob, default_timeout: float) -> float:
-    return block.timeout or job.settings.timeout or default_timeout
-
-
-def start_limits(limits: dict, block, job: DocJob, default_timeout: float) -> None:
-    """A block has started: its own time limit runs from now, and so does the page's
-    budget if this is the first block."""
-    now = time.monotonic()
-    if "budget" not in limits and job.settings.budget:
-        limits["budget"] = (now + job.settings.budget,
-                            f"timed out after {job.settings.budget:g} s "
-                            f"(the document's time budget)")
-    timeout = _timeout_for(block, job, default_timeout)
-    limits["block"] = (now + timeout, f"timed out after {timeout:g} s (the block's time limit)")
-
-
-def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tuple[list, str | None]:
-    """Waits for events until the earliest limit in ``limits`` passes: the ready events,
-    or no events and what the passed limit means."""
-    deadline, meaning = min(limits.values(), default=(float("inf"), ""))
-    now = time.monotonic()
-    if now >= deadline:
-        return [], meaning
-    return selector.select(timeout=None if deadline == float("inf") else deadline - now), None
-
-
-def _kill(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()

@@ -9,11 +9,15 @@ interpreter until the interpreter has exited, and lets go only while the worker 
 before a block, to take the gate again as that block needs it; after an exclusive block it
 goes on holding the gate shared. Exclusive requests are preferred: once one waits, no new
 shared holder enters, so a timing block is never starved by a stream of ordinary ones.
+
+``Slots`` are the other half of scheduling: the execution slots (cores) pages hold.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
+from contextlib import contextmanager
 
 
 class BlockGate:
@@ -59,3 +63,32 @@ class BlockGate:
             else:
                 self._running_shared -= 1
             self._condition.notify_all()
+
+
+class Slots:
+    """The scheduler's execution slots (one per core), handed out first come, first served:
+    a page of N processes holds N of them (at most all), and a request waiting for several
+    is not overtaken by later ones, so it cannot starve."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(1, total)
+        self.free = self.total
+        self._queue: deque[object] = deque()
+        self._condition = threading.Condition()
+
+    @contextmanager
+    def hold(self, count: int):
+        count = min(max(1, count), self.total)
+        ticket = object()
+        with self._condition:
+            self._queue.append(ticket)
+            self._condition.wait_for(lambda: self._queue[0] is ticket and self.free >= count)
+            self._queue.popleft()
+            self.free -= count
+            self._condition.notify_all()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self.free += count
+                self._condition.notify_all()

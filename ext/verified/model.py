@@ -38,15 +38,20 @@ class Block:
     normalize: tuple[str, ...] = ()
     tolerance: Tolerance | None = None  # how printed numbers are compared with the record
     exclusive: bool = False  # runs with no other block of any page running (it times something)
+    # A verified platform (targets.py) that alone runs this block: the main run does not.
+    platform: str | None = None
 
     def execution_identity(self) -> dict[str, Any]:
         """What about this block changes its output (the part that is hashed)."""
-        return {
+        identity = {
             "source": self.source,
             "raises": self.raises,
             "timeout": self.timeout,
             "skip": self.skip,
         }
+        if self.platform:  # absent otherwise, so other blocks' keys stay as they were
+            identity["platform"] = self.platform
+        return identity
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,16 @@ class DocJob:
     settings: DocSettings
     blocks: tuple[Block, ...]
     key: str = ""
+
+    def for_platform(self, platform: str | None) -> DocJob:
+        """The page as ``platform`` runs it (None: the main run): a block marked to run only
+        on another platform (``:platform:``) is not executed."""
+        if not any(block.platform and block.platform != platform for block in self.blocks):
+            return self
+        blocks = tuple(dataclasses.replace(block, skip=True)
+                       if block.platform and block.platform != platform else block
+                       for block in self.blocks)
+        return dataclasses.replace(self, blocks=blocks)
 
 
 @dataclass
@@ -169,6 +184,9 @@ class Environment:
     cpu_model: str = ""
     isa: str = ""
     cores: int | None = None
+    # An accelerator: its device kind (``TPU v5 lite``) and the libtpu that drives it.
+    device_kind: str = ""
+    libtpu: str | None = None
 
     def machine(self) -> str:
         """``AMD EPYC (AVX2, 2 cores)``; empty when unknown (records made before this)."""

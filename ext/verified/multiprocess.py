@@ -31,18 +31,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import deque
-from contextlib import contextmanager
 from pathlib import Path
 
-from .execute import (
+from .driver import (
     STARTUP_LIMIT,
     WORKER,
-    _describe_exit,
-    _fallback_environment,
-    _partial_outputs,
+    describe_exit,
+    fallback_environment,
+    partial_outputs,
     select_within_limits,
     start_limits,
     worker_env,
@@ -78,35 +75,6 @@ def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-class Slots:
-    """The scheduler's execution slots (one per core), handed out first come, first served:
-    a page of N processes holds N of them (at most all), and a request waiting for several
-    is not overtaken by later ones, so it cannot starve."""
-
-    def __init__(self, total: int) -> None:
-        self.total = max(1, total)
-        self.free = self.total
-        self._queue: deque[object] = deque()
-        self._condition = threading.Condition()
-
-    @contextmanager
-    def hold(self, count: int):
-        count = min(max(1, count), self.total)
-        ticket = object()
-        with self._condition:
-            self._queue.append(ticket)
-            self._condition.wait_for(lambda: self._queue[0] is ticket and self.free >= count)
-            self._queue.popleft()
-            self.free -= count
-            self._condition.notify_all()
-        try:
-            yield
-        finally:
-            with self._condition:
-                self.free += count
-                self._condition.notify_all()
 
 
 class _Worker:
@@ -154,7 +122,7 @@ def run_multiprocess_document(job: DocJob, *, default_timeout: float,
     blocks = [by_index.get(block.index) or BlockResult(index=block.index, status=NOT_RUN)
               for block in job.blocks]
     return DocResult(docname=job.docname, key=job.key,
-                     environment=environment or _fallback_environment(),
+                     environment=environment or fallback_environment(),
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
@@ -332,7 +300,7 @@ def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
             per_process.append(w.results[index])
             continue
         if w is gone:
-            why = f"died: {_describe_exit(w.popen.returncode)}"
+            why = f"died: {describe_exit(w.popen.returncode)}"
             tail = w.stderr_tail()
             if tail:
                 why += ": " + tail
@@ -346,7 +314,7 @@ def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
         else:
             why = f"{failure}; it never started the block"
         per_process.append(BlockResult(index=index, status=FAILED, failure=why,
-                                       outputs=_partial_outputs(w.capture_dir, index)))
+                                       outputs=partial_outputs(w.capture_dir, index)))
     result = combine(block, per_process)
     result.status = FAILED
     finished = [w.id for w in workers if index in w.results and not w.results[index].failed]

@@ -54,6 +54,8 @@ class Verification:
     comparison: Comparison
     recorded: RecordedBlock | None
     recorded_environment: Environment | None
+    # A block that runs on a verified platform alone: where and when it ran (the caption).
+    caption: str = ""
 
 
 def describe_environment(env: Environment) -> str:
@@ -75,6 +77,8 @@ def describe_environment(env: Environment) -> str:
 
 def caption_text(live: Environment, verification: Verification) -> str:
     """The provenance line under an output."""
+    if verification.caption:
+        return verification.caption
     verdict = verification.comparison.verdict
     recorded_env = verification.recorded_environment
     if verdict == "match" and recorded_env:
@@ -96,7 +100,7 @@ def _literal(text: str, classes: list[str], language: str = "none") -> nodes.lit
     return block
 
 
-def _output_nodes(outputs: list[Output], hide_stderr: bool) -> list[nodes.Node]:
+def output_nodes(outputs: list[Output], hide_stderr: bool) -> list[nodes.Node]:
     rendered: list[nodes.Node] = []
     for output in outputs:
         if output.kind == "glue" or (output.kind == "stderr" and hide_stderr):
@@ -131,14 +135,14 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
                  matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
     """The whole cell: input, outputs, warnings, caption; tags decide what shows.
     ``prompt`` is the predict prompt as parsed by the directive (inline markup kept);
-    ``matrix_notes`` are the other versions' verdicts (matrix.py), under the caption.
+    ``matrix_notes`` are the verdicts on the other targets (verdict.py), under the caption.
     An exercise's solution, code and output, is folded whole."""
     cell = _render_cell(block, result, live_env, verification, prompt, matrix_notes)
     if "exercise-solution" not in block.tags or not cell.children:
         return cell
-    folded = nodes.container(classes=["cell", f"cell-{result.status}", "exercise-solution"])
-    folded += _folded("Show solution", "exercise-solution", *cell.children)
-    return folded
+    solution = nodes.container(classes=["cell", f"cell-{result.status}", "exercise-solution"])
+    solution += folded("Show solution", "exercise-solution", *cell.children)
+    return solution
 
 
 def _render_cell(block: Block, result: BlockResult, live_env: Environment,
@@ -154,11 +158,16 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         code = _literal(block.source, ["cell-code"], language="python")
         code_box = nodes.container(classes=["cell-input"])
         code_box += code
-        cell += _folded("Show code", "hide-input", code_box) if "hide-input" in tags else code_box
+        cell += folded("Show code", "hide-input", code_box) if "hide-input" in tags else code_box
 
     if result.status == SKIPPED and "exercise-starter" in tags:
         note = "Starter: write your code here; the check after the solution tests it."
         cell += nodes.paragraph(note, note, classes=["cell-caption", "exercise-starter"])
+        return cell
+    if result.status == SKIPPED and block.platform:
+        note = verification.caption or f"Runs on {block.platform} only."
+        cell += nodes.paragraph(note, note, classes=["cell-caption", "cell-elsewhere"])
+        cell.extend(matrix_notes or [])
         return cell
     if result.status == SKIPPED:
         note = "Not executed (skip-execution)."
@@ -173,7 +182,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         return cell
 
     body = nodes.container(classes=["cell-output-area"])
-    for child in _output_nodes(result.outputs, "remove-stderr" in tags):
+    for child in output_nodes(result.outputs, "remove-stderr" in tags):
         body += child
     for child in _warning_nodes(result):
         body += child
@@ -196,17 +205,17 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         caption += nodes.inline(note, note, classes=["cell-api-note"])
     body += caption
     for other in differing:
-        shown = _output_nodes(other.outputs, "remove-stderr" in tags)
+        shown = output_nodes(other.outputs, "remove-stderr" in tags)
         if other.failure:
             note = f"Process {other.process} failed: {other.failure}"
             shown.append(nodes.paragraph(note, note, classes=["cell-failure"]))
         if not shown:
             note = f"Process {other.process} printed nothing."
             shown.append(nodes.paragraph(note, note, classes=["cell-caption"]))
-        body += _folded(f"Show process {other.process}'s output", "cell-process", *shown)
+        body += folded(f"Show process {other.process}'s output", "cell-process", *shown)
     if verification.comparison.verdict == "differs" and verification.recorded:
-        body += _folded("Show the verified output", "cell-verified",
-                        *_output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
+        body += folded("Show the verified output", "cell-verified",
+                        *output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
     body.extend(matrix_notes or [])
 
     if block.predict is not None:
@@ -214,9 +223,9 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
             prompt = nodes.paragraph(block.predict, block.predict)
         prompt["classes"].append("cell-predict-prompt")
         cell += prompt
-        cell += _folded("Reveal the output", "predict", body)
+        cell += folded("Reveal the output", "predict", body)
     elif "hide-output" in tags:
-        cell += _folded("Show output", "hide-output", body)
+        cell += folded("Show output", "hide-output", body)
     else:
         cell += body
     return cell
@@ -229,15 +238,16 @@ def _differing_processes(result: BlockResult) -> list:
             if comparable_text("", other.outputs, other.warnings) != mine or other.failure]
 
 
-def _folded(summary: str, kind: str, *content: nodes.Node) -> reveal:
+def folded(summary: str, kind: str, *content: nodes.Node) -> reveal:
     folded = reveal(summary=summary, classes=[kind])
     folded.extend(content)
     return folded
 
 
-def failure_report(block: Block, result: BlockResult) -> str:
-    """The text of the located build error for a failed block."""
-    lines = [f"code-cell failed: {result.failure}"]
+def failure_report(block: Block, result: BlockResult, where: str = "") -> str:
+    """The text of the located build error for a failed block (``where``: " on tpu-v5e"
+    for a block that runs on a platform alone, from that platform's record)."""
+    lines = [f"code-cell failed{where}: {result.failure or 'it raised'}"]
     for output in result.outputs:
         if output.kind == "error":
             lines.append(output.text)

@@ -225,6 +225,17 @@ def _instruction_set(flags: set[str]) -> str:
     return names[best] if best is not None else ""
 
 
+def _distribution_version(*names: str) -> str | None:
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def _environment() -> dict[str, Any]:
     cpu_model, flags = _cpu_model_and_flags()
     env: dict[str, Any] = {
@@ -249,6 +260,9 @@ def _environment() -> dict[str, Any]:
             env["jaxlib"] = getattr(jaxlib, "__version__", None)
             env["backend"] = jax.default_backend()
             env["device_count"] = jax.device_count()
+            if env["backend"] != "cpu":
+                env["device_kind"] = jax.devices()[0].device_kind
+                env["libtpu"] = _distribution_version("libtpu", "libtpu-nightly")
         except Exception:  # the document may have left JAX unusable; the caption says less
             pass
     return env

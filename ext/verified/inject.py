@@ -1,0 +1,127 @@
+"""Inject: put each page's results into its doctree (Sphinx's ``doctree-read``).
+
+Each ``code_cell`` placeholder becomes the rendered block: the result of this build (run
+now or cached), compared with the verified record for its caption, with one verdict line
+per verified target under it. A block that runs on a platform alone shows that platform's
+recorded output, and prose glued from it reads the same record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+from . import glue
+from .directive import code_cell
+from .model import BlockResult, DocResult
+from .record import compare
+from .render import Verification, failure_report, render_block
+from .state import BuildState, state
+from .verdict import label_block, verdict_nodes
+
+logger = logging.getLogger(__name__)
+
+
+def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
+    """Swaps every ``code_cell`` placeholder for the rendered block (before Sphinx's own
+    collectors see the page, so figures are found like any other image)."""
+    build = state(app)
+    docname = app.env.docname
+    found = build.collect(app.env, docname)
+    for problem in (found.problems if found else ()):
+        if not problem.reported:
+            logger.error(problem.message, location=(docname, problem.line),
+                         type="verified", subtype=problem.subtype)
+    cells = list(doctree.findall(code_cell))
+    by_line = {block.line: block for block in found.job.blocks} if found else {}
+    result = build.results.get(docname)
+    elsewhere: dict[int, Verification] = {}
+    if result is not None:
+        result, elsewhere = _with_platform_blocks(build, docname, found.job.blocks, result)
+        _warn_duplicate_glue(docname, found.job.blocks, result)
+    glue.resolve(doctree, result if found and found.job.blocks else None)
+    for node in cells:
+        block = by_line.get(node["fence_line"])
+        if result is None or block is None or block.source != node["source"]:
+            # Not run: a problem with this page was reported above.
+            node.replace_self([])
+            continue
+        block_result = result.blocks[block.index]
+        if block_result.failed:
+            where = f" on {block.platform}" if block.platform else ""
+            logger.error(failure_report(block, block_result, where), location=node,
+                         type="verified", subtype="block-failed")
+        verification = elsewhere.get(block.index) or _verify(build, docname, block,
+                                                             block_result)
+        prompt = next(iter(node.findall(nodes.paragraph)), None)
+        verdicts = build.targets.verdicts(docname, block, found.job.blocks,
+                                          verification.recorded,
+                                          found.job.settings.host_devices)
+        environment = verification.recorded_environment if block.index in elsewhere \
+            else result.environment
+        cell = render_block(block, block_result, environment, verification, prompt,
+                            verdict_nodes(verdicts, set(block.tags)))
+        label_block(app.env, docname, block, cell)
+        node.replace_self(cell)
+
+
+def _with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
+                          ) -> tuple[DocResult, dict[int, Verification]]:
+    """The page's result with each block that runs on a platform alone taken from that
+    platform's record (when it holds the block's current source), and how to caption it."""
+    taken: dict[int, BlockResult] = {}
+    captions: dict[int, Verification] = {}
+    for block in blocks:
+        if not block.platform:
+            continue
+        there = build.targets.only_there(docname, block)
+        if there is None:
+            text = f"runs on {block.platform} only, and is not yet verified there"
+            captions[block.index] = Verification(compare(block, result.blocks[block.index],
+                                                         None, {}), None, None, caption=text)
+            continue
+        target, record, recorded = there
+        environment = record.environment
+        machine = environment.device_kind or target.label
+        text = (f"ran on {target.label} ({machine}, jax {environment.jax}) on "
+                f"{environment.date}; this machine did not run it")
+        taken[block.index] = recorded.as_result(block.index)
+        captions[block.index] = Verification(compare(block, taken[block.index], None, {}),
+                                             None, environment, caption=text)
+    if not taken:
+        return result, captions
+    merged = [taken.get(block_result.index, block_result) for block_result in result.blocks]
+    return dataclasses.replace(result, blocks=merged), captions
+
+
+def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> None:
+    seen: set[str] = set()
+    for block in blocks:
+        for output in result.blocks[block.index].outputs:
+            if output.kind == "glue":
+                if output.name in seen:
+                    logger.warning(f"glue {output.name!r} glued again: prose shows the last value",
+                                   location=(docname, block.line), type="verified",
+                                   subtype="glue")
+                seen.add(output.name)
+
+
+def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
+    record = build.record_for(docname)
+    recorded = record.block_for(block) if record else None
+    comparison = compare(block, block_result, recorded, build.config.normalizers,
+                         record.environment.jax if record else None)
+    return Verification(comparison, recorded, record.environment if record else None)
+
+
+def result_for(app: Sphinx, docname: str) -> DocResult | None:
+    """This build's result for a page (executed now, or from the cache), if it has one."""
+    build = state(app)
+    if docname in build.results:
+        return build.results[docname]
+    found = build.collected.get(docname)
+    return build.cached(found) if found and found.job.blocks else None
+

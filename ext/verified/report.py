@@ -1,0 +1,91 @@
+"""The execution report: after each build, every block's document, line, status, duration
+and environment in ``execution-report.json``, and the console's ``N blocks: …`` line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+from .model import CACHED, FAILED, NOT_RUN, SKIPPED
+from .state import has_state, relative, state
+
+logger = logging.getLogger(__name__)
+
+# A block that runs on a verified platform alone (``:platform:``): not run by this build.
+ELSEWHERE = "platform-only"
+
+
+def block_statuses(app: Sphinx) -> list[dict]:
+    """Every block of every page, with its status this build (for the report)."""
+    build = state(app)
+    rows = []
+    for docname in sorted(build.collected):
+        found = build.collected[docname]
+        if (not found.job.blocks and not found.problems) or not build.selected(docname):
+            continue
+        result = build.results.get(docname)
+        executed = docname in build.executed
+        if result is None and not found.problems:
+            result = build.cached(found)
+        for problem in found.problems:
+            rows.append({"document": relative(found.job.path, app.srcdir), "docname": docname,
+                         "line": problem.line, "status": FAILED, "duration": 0.0,
+                         "environment": None})
+        for block in found.job.blocks:
+            block_result = result.blocks[block.index] if result else None
+            if block.platform:
+                status, duration = ELSEWHERE, 0.0
+            elif block_result is None:
+                status, duration = NOT_RUN, 0.0
+            elif executed or block_result.status in (FAILED, SKIPPED, NOT_RUN):
+                status, duration = block_result.status, block_result.duration
+            else:
+                status, duration = CACHED, block_result.duration
+            rows.append({
+                "document": relative(found.job.path, app.srcdir),
+                "docname": docname,
+                "line": block.line,
+                "status": status,
+                "duration": round(duration, 4),
+                "exclusive": block.exclusive,
+                "started": block_result.started if block_result else 0.0,
+                "ended": block_result.ended if block_result else 0.0,
+                # Compared with the record within this tolerance (None: exactly).
+                "tolerance": block.tolerance.describe() if block.tolerance else None,
+                "version": result.environment.jax if result else None,
+                "environment": asdict(result.environment) if result else None,
+            })
+    return rows
+
+
+def on_build_finished(app: Sphinx, exception) -> None:
+    if exception is not None or not has_state(app):
+        return
+    if getattr(app.builder, "runs_pages_itself", False):
+        return  # a target build writes its own report (builders.py)
+    build = state(app)
+    rows = block_statuses(app)
+    # Each page executed by this build: its wall time, start-up included (for `make bench`).
+    pages = [{"docname": docname, "duration": round(build.results[docname].duration, 4),
+              "exclusive": build.collected[docname].job.settings.exclusive}
+             for docname in sorted(build.executed)]
+    path = build.config.report_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"builder": app.builder.name, "pages": pages, "blocks": rows},
+                               indent=1) + "\n", encoding="utf-8")
+    counts = {status: sum(1 for r in rows if r["status"] == status)
+              for status in ("ran", "expected-error", "cached", "failed", "skipped", "not-run")}
+    summary = (f"{len(rows)} blocks: {counts['ran'] + counts['expected-error']} ran, "
+               f"{counts['cached']} cached, {counts['failed']} failed")
+    extra = [f"{counts[s]} {s}" for s in ("skipped", "not-run") if counts[s]]
+    elsewhere = sum(1 for r in rows if r["status"] == ELSEWHERE)
+    if elsewhere:
+        extra.append(f"{elsewhere} on a verified platform only")
+    logger.info(summary + (f" ({', '.join(extra)})" if extra else ""))
+    if counts["failed"] or build.comparison_failed:
+        # Each failure was reported at its file:line; the build fails with or without -W.
+        app.statuscode = 1

@@ -1,0 +1,110 @@
+"""What one build knows about execution: the validated configuration, each page's collected
+job, results, the records read, and the stamp a page's rendered doctree depends on.
+
+Every phase that runs during a build (scheduler, injection, builders, generated pages)
+reads this; it imports none of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sphinx.application import Sphinx
+
+from . import config as config_module
+from .cache import ExecutionCache
+from .collect import Collected, collect, environment_identity, with_key
+from .model import DocResult
+from .record import Record, normalizer_names, read_record, record_path
+from .verdict import TargetRecords
+
+FRESH_BUILDERS = ("doctest", "record")
+
+
+@dataclass
+class BuildState:
+    """What one build knows about execution; lives on the app for the build's duration."""
+
+    config: config_module.ExecutionConfig
+    cache: ExecutionCache
+    identity: dict
+    fresh: bool  # execute everything, read nothing from the cache
+    collected: dict[str, Collected] = field(default_factory=dict)
+    results: dict[str, DocResult] = field(default_factory=dict)
+    executed: set[str] = field(default_factory=set)
+    records: dict[str, Record | None] = field(default_factory=dict)
+    cache_reads: dict[str, DocResult | None] = field(default_factory=dict)
+    comparison_failed: bool = False  # set by the comparing builders
+    targets: TargetRecords | None = None  # the other targets' records (captions)
+
+    def cached(self, found: Collected) -> DocResult | None:
+        """The cache entry for a page's current key, read (and checksummed) once per build."""
+        docname = found.job.docname
+        if docname not in self.cache_reads:
+            self.cache_reads[docname] = self.cache.load(docname, found.job.key)
+        return self.cache_reads[docname]
+
+    def selected(self, docname: str) -> bool:
+        """Whether a fresh build (doctest, record) executes this page."""
+        return not (self.fresh and self.config.pages) or docname in self.config.pages
+
+    def record_for(self, docname: str) -> Record | None:
+        if docname not in self.records:
+            self.records[docname] = read_record(self.config.record_dir, docname)
+        return self.records[docname]
+
+    def collect(self, env, docname: str) -> Collected | None:
+        """A page's blocks and settings, read from its source once per build."""
+        if docname not in self.collected:
+            path = Path(env.doc2path(docname))
+            if path.suffix != ".md":
+                return None
+            known = frozenset(normalizer_names(self.config.normalizers))
+            platforms = frozenset(target.name for target in self.config.platforms)
+            found = collect(docname, path, known, platforms=platforms)
+            found.job = with_key(found.job, self.identity)
+            self.collected[docname] = found
+        return self.collected[docname]
+
+    def read_stamp(self, found: Collected) -> tuple:
+        """What a page's rendered doctree depends on besides its text: its execution key,
+        its verified record and its targets' records (captions compare with them)."""
+        path = record_path(self.config.record_dir, found.job.docname)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+        return found.job.key, digest, self.targets.stamp(found.job.docname)
+
+
+# One BuildState per Sphinx application, keyed by its Config object: the app, the
+# environment and the builder all share that one object.
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def state(owner) -> BuildState:
+    """The build state of ``owner``: the app, or a builder (anything with ``.config``)."""
+    return _STATES[owner.config]
+
+
+def has_state(app: Sphinx) -> bool:
+    return app.config in _STATES
+
+
+def on_builder_inited(app: Sphinx) -> None:
+    validated = config_module.validate(app)
+    _STATES[app.config] = BuildState(
+        config=validated,
+        cache=ExecutionCache(validated.cache_dir),
+        identity=environment_identity(validated.env, validated.worker_cores),
+        fresh=app.builder.name in FRESH_BUILDERS,
+        targets=TargetRecords(validated),
+    )
+
+
+def relative(path: str, srcdir) -> str:
+    """A page's path as reports show it: relative to the project root."""
+    try:
+        return str(Path(path).relative_to(Path(srcdir).parent))
+    except ValueError:
+        return path

@@ -1,0 +1,199 @@
+"""Verdicts: how each block behaves on each verified target, from the committed records.
+
+``make html`` runs no other interpreter: each caption's verdict compares a target's record
+(target_record.py) with the main verified record, within the block's declared tolerance,
+and the generated Versions and Platforms pages (pages.py) count the same verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass
+
+from docutils import nodes
+
+from .model import FAILED, Block
+from .record import RecordedBlock, compare
+from .render import folded, output_nodes
+from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, TargetBlock, TargetRecord,
+                            read_target_record, target_record_path)
+from .targets import PLATFORM, Target
+
+# Verdicts, as captions, the generated pages and the report name them.
+SAME = "same"
+DIFFERS = "differs"
+RUNS = "runs"  # an ``:output: varies`` block: it ran, its output is not compared
+FAILS = "fails"
+DEPENDS = "failed-because"
+NEEDS_DEVICES = "needs-devices"  # failed on a page that asks for more devices than it has
+NOT_THERE = "not-run-there"  # the page does not run on the target (the record says why)
+ONLY_THERE = "only-there"  # a block that runs on this platform alone (``:platform:``)
+UNVERIFIED = "not-verified"  # no record of this block's current source
+VERDICTS = (SAME, DIFFERS, RUNS, FAILS, DEPENDS, NEEDS_DEVICES, NOT_THERE, ONLY_THERE,
+            UNVERIFIED)
+_DEVICE_ERROR = re.compile(r"device|mesh", re.IGNORECASE)
+
+
+@dataclass
+class Verdict:
+    kind: str  # one of VERDICTS
+    target: Target
+    detail: str = ""  # fails: the exception line; differs: the diff; not-run-there: why
+    because: Block | None = None  # failed-because: the block it depends on
+    recorded: TargetBlock | None = None
+    devices: tuple[int, int] | None = None  # needs-devices: (asked for, the target has)
+    date: str = ""  # when the target's record was made
+
+    def text(self) -> str:
+        label = self.target.label
+        if self.kind == SAME:
+            return f"also verified on {label} (same output)"
+        if self.kind == DIFFERS:
+            return f"on {label} the output differs"
+        if self.kind == RUNS:
+            return f"runs on {label} (output varies, not compared)"
+        if self.kind == FAILS:
+            return f"on {label}: {self.detail}"
+        if self.kind == NEEDS_DEVICES:
+            wanted, has = self.devices
+            return f"needs {wanted} devices ({label} here has {has})"
+        if self.kind == NOT_THERE:
+            return f"not run on {label}: {self.detail}"
+        if self.kind == ONLY_THERE:
+            return f"runs on {label} only: verified there {self.date}"
+        if self.kind == DEPENDS:
+            if self.because is not None:
+                return (f"on {label}: not run, because block {self.because.index + 1} "
+                        f"(line {self.because.line}) fails there")
+            return f"on {label}: not run, because an earlier block fails there"
+        return f"not yet verified on {label}"
+
+
+def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
+            record: TargetRecord | None, target: Target,
+            normalizers: dict[str, tuple[tuple[str, str], ...]],
+            host_devices: int | None = None) -> Verdict | None:
+    """How ``block`` behaves on ``target``, from the committed records alone: None for a
+    block that never runs there (skip-execution, or only on another platform);
+    not-verified when either record is stale. ``host_devices`` is what the page asks for."""
+    if block.skip or (block.platform and block.platform != target.name):
+        return None
+    recorded = record.block_for(block) if record else None
+    date = record.environment.date if record else ""
+    if recorded is None:
+        return Verdict(UNVERIFIED, target)
+    if recorded.status == NOT_RUN_THERE:
+        return Verdict(NOT_THERE, target, detail=record.reason, recorded=recorded)
+    if block.platform:
+        return Verdict(ONLY_THERE, target, recorded=recorded, date=date)
+    if main is None:
+        return Verdict(UNVERIFIED, target)
+    has = record.environment.device_count
+    if (recorded.status == FAILED and host_devices and has is not None and host_devices > has
+            and _DEVICE_ERROR.search(recorded.error)):
+        return Verdict(NEEDS_DEVICES, target, detail=recorded.error, recorded=recorded,
+                       devices=(host_devices, has))
+    if recorded.status == FAILED_BECAUSE:
+        earlier = blocks[recorded.because] if recorded.because is not None \
+            and recorded.because < len(blocks) else None
+        return Verdict(DEPENDS, target, because=earlier, recorded=recorded)
+    if recorded.status == FAILED:
+        return Verdict(FAILS, target, detail=recorded.error, recorded=recorded)
+    comparison = compare(block, recorded.as_result(block.index), main, normalizers)
+    if comparison.verdict == "unchecked":
+        return Verdict(RUNS, target, recorded=recorded)
+    if comparison.verdict == "match":
+        return Verdict(SAME, target, recorded=recorded)
+    return Verdict(DIFFERS, target, detail=comparison.diff, recorded=recorded)
+
+
+def as_on_target(config, docname: str, block: Block, target: Target) -> Block:
+    """The block as a version target compares it: ``verified_matrix_varies`` names blocks
+    whose output varies from run to run on the other versions only (what the page measures
+    does not work there), by page and a piece of their source."""
+    if target.kind == PLATFORM:
+        return block
+    for piece in config.matrix_varies.get(docname, ()):
+        if piece in block.source:
+            return dataclasses.replace(block, varies=True)
+    return block
+
+
+class TargetRecords:
+    """The committed records of every target, read once per build."""
+
+    def __init__(self, config):
+        self.config = config
+        self.targets: tuple[Target, ...] = (*config.matrix, *config.platforms)
+        self._read: dict[tuple[str, str], TargetRecord | None] = {}
+
+    def get(self, target: Target, docname: str) -> TargetRecord | None:
+        key = (target.dirname, docname)
+        if key not in self._read:
+            self._read[key] = read_target_record(self.config.record_dir, target, docname)
+        return self._read[key]
+
+    def stamp(self, docname: str) -> tuple:
+        """The digests of a page's target records (a page re-renders when one changes)."""
+        digests = []
+        for target in self.targets:
+            path = target_record_path(self.config.record_dir, target, docname)
+            digests.append(hashlib.sha256(path.read_bytes()).hexdigest() if path.exists()
+                           else None)
+        return tuple(digests)
+
+    def verdicts(self, docname: str, block: Block, blocks: tuple[Block, ...],
+                 main: RecordedBlock | None, host_devices: int | None = None) -> list[Verdict]:
+        found = []
+        for target in self.targets:
+            result = verdict(as_on_target(self.config, docname, block, target), blocks, main,
+                             self.get(target, docname), target, self.config.normalizers,
+                             host_devices)
+            if result is not None:
+                found.append(result)
+        return found
+
+    def only_there(self, docname: str, block: Block) -> tuple[Target, TargetRecord,
+                                                              TargetBlock] | None:
+        """For a block that runs on one platform alone: that platform, its record and the
+        block's entry, if the record holds the block's current source."""
+        target = next((t for t in self.config.platforms if t.name == block.platform), None)
+        record = self.get(target, docname) if target else None
+        recorded = record.block_for(block) if record else None
+        return (target, record, recorded) if recorded is not None else None
+
+
+def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
+    """One caption line per target; a differing output is one click away."""
+    rendered: list[nodes.Node] = []
+    for item in verdicts:
+        text = item.text()
+        classes = ["cell-caption", "cell-target", f"cell-target-{item.target.kind}",
+                   f"cell-matrix-{item.kind}"]
+        line = nodes.paragraph(text, "", classes=classes)
+        line += nodes.Text(text)
+        rendered.append(line)
+        if item.kind in (DIFFERS, FAILS, NEEDS_DEVICES) and item.recorded is not None:
+            outputs = output_nodes(item.recorded.outputs, "remove-stderr" in tags)
+            if outputs:
+                rendered.append(folded(f"Show the output on {item.target.label}",
+                                       "cell-matrix-output", *outputs))
+    return rendered
+
+
+def block_anchor(block: Block) -> str:
+    return f"block-line-{block.line}"
+
+
+def block_label(docname: str, block: Block) -> str:
+    """A std-domain label for a block (the generated pages link to blocks with it)."""
+    return f"verified-block:{docname}:{block.line}"
+
+
+def label_block(env, docname: str, block: Block, cell: nodes.Element) -> None:
+    """Gives a rendered block an anchor and a std-domain label."""
+    anchor = block_anchor(block)
+    cell["ids"].append(anchor)
+    env.get_domain("std").anonlabels[block_label(docname, block)] = (docname, anchor)
