@@ -17,7 +17,18 @@ ONLY       := $(if $(PAGES),-D verified_pages=$(PAGES))
 MATRIX_VERSIONS := $(shell sed -n 's/^verified_matrix *= *\[\(.*\)\].*/\1/p' conf.py | tr -d "\"',")
 MATRIX_VENVS    := $(foreach v,$(MATRIX_VERSIONS),.venv-jax-$(v)/.installed)
 
-.PHONY: html doctest record portability matrix matrix-doctest test bench bench-exclusivity serve clean venv
+# The verified platforms (`verified_platforms` in conf.py) run on a machine that has that
+# accelerator, with the Python whose JAX drives it: `make platform SYSTEM=1` uses `python3` as
+# it is (a TPU VM's JAX with libtpu) instead of .venv, whose CPU jaxlib sees no accelerator.
+ifeq ($(SYSTEM),1)
+PLATFORM_SETUP :=
+PLATFORM_SPHINX := python3 -m sphinx -c . $(SPHINXOPTS)
+else
+PLATFORM_SETUP := venv
+PLATFORM_SPHINX := $(SPHINX)
+endif
+
+.PHONY: html doctest record portability matrix matrix-doctest platform platform-doctest test bench bench-exclusivity serve clean venv
 
 venv: $(VENV)/.installed
 
@@ -49,6 +60,15 @@ matrix: venv $(MATRIX_VENVS)
 # Re-runs every page under each other verified version and compares with its matrix record.
 matrix-doctest: venv $(MATRIX_VENVS)
 	$(SPHINX) -E -b matrix-doctest source $(BUILD)/matrix-doctest -d $(BUILD)/doctrees-matrix-doctest $(ONLY)
+
+# Runs every page on each verified platform (one at a time) and writes record/platform/NAME/;
+# stops at once where JAX sees no such platform. Not part of `make test` (CI has no TPU).
+platform: $(PLATFORM_SETUP)
+	$(PLATFORM_SPHINX) -E -b platform source $(BUILD)/platform -d $(BUILD)/doctrees-platform $(ONLY)
+
+# Re-runs every page on each verified platform and compares with its platform record.
+platform-doctest: $(PLATFORM_SETUP)
+	$(PLATFORM_SPHINX) -E -b platform-doctest source $(BUILD)/platform-doctest -d $(BUILD)/doctrees-platform-doctest $(ONLY)
 
 # `make doctest` three ways: natively, as an older CPU (XLA limited to AVX) and on one core.
 portability: venv

@@ -41,6 +41,9 @@ verified_timeout = 300
 # The other verified versions (`make matrix`): each runs under .venv-jax-VERSION, created from
 # requirements-jax-VERSION.txt. Keep this list on one line (the Makefile reads it).
 verified_matrix = ["0.4.38"]
+# The verified platforms (`make platform`, on a machine with that accelerator): every block's
+# caption gives its verdict there, and the Platforms page counts them.
+verified_platforms = ["tpu-v5e"]
 # jax 0.4.38 writes nothing to the compilation cache on CPU: "read from the cache, faster than
 # compiling" compares two compilations there, and either can win. Its float32 matmul matches
 # NumPy's bitwise on some CPUs (AVX-512) and not on others (AVX2).

@@ -22,6 +22,17 @@ BAD_VALUES = [
     ("verified_pages", [3], "verified_pages must be a list of page names"),
     ("verified_worker_cores", -1, "verified_worker_cores must be an integer from 0"),
     ("verified_worker_cores", 4096, "verified_worker_cores must be an integer from 0"),
+    ("verified_matrix", "0.4.38", "verified_matrix: must be a list of versions"),
+    ("verified_matrix", ["0.4.38", "0.4.38"], "verified_matrix: a name is given twice"),
+    ("verified_platforms", "tpu-v5e", "verified_platforms: must be a list of platforms"),
+    ("verified_platforms", ["tpu-v9"], "verified_platforms: unknown platform 'tpu-v9'"),
+    ("verified_platforms", [{"name": "x", "label": "X"}], "platform 'x' needs a backend"),
+    ("verified_platforms", [{"name": "X Y", "label": "X", "backend": "cpu"}],
+     "a platform's name is lower-case letters"),
+    ("verified_platforms", [{"name": "x", "label": "X", "backend": "cpu", "page_limit": 0}],
+     "page_limit must be a positive number"),
+    ("verified_platforms", [{"name": "x", "label": "X", "backend": "cpu", "gpu": 1}],
+     "unknown key(s) gpu"),
 ]
 
 

@@ -20,7 +20,7 @@ from .model import BlockResult, DocResult
 from .record import compare
 from .render import Verification, failure_report, render_block
 from .state import BuildState, state
-from .verdict import label_block, verdict_nodes
+from .verdict import ONLY_THERE, label_block, verdict_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +57,9 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         verification = elsewhere.get(block.index) or _verify(build, docname, block,
                                                              block_result)
         prompt = next(iter(node.findall(nodes.paragraph)), None)
-        verdicts = build.targets.verdicts(docname, block, found.job.blocks,
-                                          verification.recorded,
-                                          found.job.settings.host_devices)
+        verdicts = [item for item in build.targets.verdicts(
+            docname, block, found.job.blocks, verification.recorded,
+            found.job.settings.host_devices) if item.kind != ONLY_THERE]  # its caption says it
         environment = verification.recorded_environment if block.index in elsewhere \
             else result.environment
         cell = render_block(block, block_result, environment, verification, prompt,
@@ -85,9 +85,10 @@ def _with_platform_blocks(build: BuildState, docname: str, blocks, result: DocRe
             continue
         target, record, recorded = there
         environment = record.environment
-        machine = environment.device_kind or target.label
-        text = (f"ran on {target.label} ({machine}, jax {environment.jax}) on "
-                f"{environment.date}; this machine did not run it")
+        details = [part for part in (environment.device_kind,
+                                     environment.jax and f"jax {environment.jax}") if part]
+        text = (f"ran on {target.label}" + (f" ({', '.join(details)})" if details else "")
+                + f" on {environment.date}; this machine did not run it")
         taken[block.index] = recorded.as_result(block.index)
         captions[block.index] = Verification(compare(block, taken[block.index], None, {}),
                                              None, environment, caption=text)

@@ -132,12 +132,12 @@ def _api_notes(result: BlockResult) -> list[str]:
 def render_block(block: Block, result: BlockResult, live_env: Environment,
                  verification: Verification,
                  prompt: nodes.paragraph | None = None,
-                 matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
+                 target_notes: list[nodes.Node] | None = None) -> nodes.container:
     """The whole cell: input, outputs, warnings, caption; tags decide what shows.
     ``prompt`` is the predict prompt as parsed by the directive (inline markup kept);
-    ``matrix_notes`` are the verdicts on the other targets (verdict.py), under the caption.
+    ``target_notes`` are the verdicts on the other targets (verdict.py), under the caption.
     An exercise's solution, code and output, is folded whole."""
-    cell = _render_cell(block, result, live_env, verification, prompt, matrix_notes)
+    cell = _render_cell(block, result, live_env, verification, prompt, target_notes)
     if "exercise-solution" not in block.tags or not cell.children:
         return cell
     solution = nodes.container(classes=["cell", f"cell-{result.status}", "exercise-solution"])
@@ -148,7 +148,7 @@ def render_block(block: Block, result: BlockResult, live_env: Environment,
 def _render_cell(block: Block, result: BlockResult, live_env: Environment,
                  verification: Verification,
                  prompt: nodes.paragraph | None,
-                 matrix_notes: list[nodes.Node] | None = None) -> nodes.container:
+                 target_notes: list[nodes.Node] | None = None) -> nodes.container:
     tags = set(block.tags)
     cell = nodes.container(classes=["cell", f"cell-{result.status}"])
     if "remove-cell" in tags:
@@ -167,7 +167,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
     if result.status == SKIPPED and block.platform:
         note = verification.caption or f"Runs on {block.platform} only."
         cell += nodes.paragraph(note, note, classes=["cell-caption", "cell-elsewhere"])
-        cell.extend(matrix_notes or [])
+        cell.extend(target_notes or [])
         return cell
     if result.status == SKIPPED:
         note = "Not executed (skip-execution)."
@@ -178,7 +178,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         cell += nodes.paragraph(note, note, classes=["cell-caption", "cell-not-run"])
         return cell
     if "remove-output" in tags:
-        cell.extend(matrix_notes or [])
+        cell.extend(target_notes or [])
         return cell
 
     body = nodes.container(classes=["cell-output-area"])
@@ -191,7 +191,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         body += nodes.paragraph(text, text, classes=["cell-failure"])
     differing = _differing_processes(result)
     if not body.children and not differing:
-        cell.extend(matrix_notes or [])
+        cell.extend(target_notes or [])
         return cell
 
     caption = nodes.paragraph(classes=["cell-caption"])
@@ -216,7 +216,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
     if verification.comparison.verdict == "differs" and verification.recorded:
         body += folded("Show the verified output", "cell-verified",
                         *output_nodes(verification.recorded.outputs, "remove-stderr" in tags))
-    body.extend(matrix_notes or [])
+    body.extend(target_notes or [])
 
     if block.predict is not None:
         if prompt is None:

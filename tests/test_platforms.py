@@ -1,0 +1,231 @@
+"""Verified platforms: every page also run on another platform, its record, each verdict in
+the captions, blocks that run only there, the Platforms page, and the refusal where the
+platform is absent. The "platform" of tests/roots/test-platform is this interpreter on the
+CPU with VERIFIED_TEST_PLATFORM=1 set (no accelerator)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+from html import unescape
+from pathlib import Path
+
+import pytest
+from sphinx.errors import SphinxError
+
+from verified.model import Block, Environment
+from verified.record import RecordedBlock, source_digest
+from verified.target_record import TargetBlock, TargetRecord
+from verified.targets import PLATFORM, Target
+from verified.verdict import NEEDS_DEVICES, verdict
+
+pytestmark = pytest.mark.jax  # a platform is checked by asking its JAX which devices it sees
+
+PLATFORM_DIR = Path("record") / "platform" / "stand-in"
+
+
+@pytest.fixture(scope="module")
+def platform_site(tmp_path_factory):
+    """test-platform with its main record and its platform record made, built as HTML."""
+    from conftest import ROOTS, Site
+
+    target = tmp_path_factory.mktemp("platform") / "site"
+    shutil.copytree(ROOTS / "test-platform", target)
+    copy = Site(target)
+    copy.build("record", fresh=True)
+    run = copy.build("platform", fresh=True)
+    html = copy.build("html", fresh=True)
+    return copy, run, html
+
+
+def _record(copy, page: str) -> dict:
+    return json.loads((copy.path / PLATFORM_DIR / f"{page}.json").read_text())
+
+
+def _captions(page: str) -> list[str]:
+    return [unescape(re.sub(r"<[^>]+>", "", text)).strip() for text in re.findall(
+        r'<p class="cell-caption cell-target cell-target-platform[^"]*">(.*?)</p>', page, re.S)]
+
+
+def test_platform_record(platform_site):
+    copy, run, _ = platform_site
+    assert run.app.statuscode == 0
+    index = _record(copy, "index")
+    assert index["target"] == "stand-in"
+    assert [b["status"] for b in index["blocks"]] == [
+        "ran", "ran", "ran", "failed", "failed-because", "ran", "ran"]
+    assert index["blocks"][3]["error"] == "RuntimeError: UNIMPLEMENTED: the stand-in lacks this op"
+    assert index["blocks"][5]["outputs"][0]["text"] == "ran where the platform is\n"
+    multi = _record(copy, "multi")
+    assert multi["reason"] == "the stand-in runs no page of several processes"
+    assert [b["status"] for b in multi["blocks"]] == ["not-run-there"]
+    # The main record holds the platform-only block as not run here.
+    main = json.loads((copy.path / "record" / "index.json").read_text())
+    assert main["blocks"][5]["status"] == "skipped"
+
+
+def test_captions_give_every_platform_verdict(platform_site):
+    copy, _, html = platform_site
+    page = html.html()
+    assert _captions(page) == [
+        "also verified on Stand-in (same output)",
+        "on Stand-in the output differs",
+        "also verified on Stand-in (same output)",  # within the block's tolerance
+        "on Stand-in: RuntimeError: UNIMPLEMENTED: the stand-in lacks this op",
+        "on Stand-in: not run, because block 4 (line 24) fails there",
+        "runs on Stand-in (output varies, not compared)",
+    ]
+    fold = re.search(r'<details class="cell-reveal cell-matrix-output"><summary>'
+                     r'Show the output on Stand-in</summary>(.*?)</details>', page, re.S)
+    assert fold and "platform output" in fold.group(1)
+    assert _captions(html.html("multi")) == [
+        "not run on Stand-in: the stand-in runs no page of several processes"]
+
+
+def test_a_platform_only_block_is_rendered_from_its_record(platform_site):
+    copy, _, html = platform_site
+    page = html.html()
+    date = _record(copy, "index")["environment"]["date"]
+    assert "ran where the platform is" in page
+    # Its caption says where and when it ran (the test root's blocks import no JAX).
+    assert f'<p class="cell-caption">ran on Stand-in on {date}; this machine did not run ' \
+           f'it</p>' in page
+    assert "The stand-in measured 42.5." in unescape(re.sub(r"<[^>]+>", "", page))
+    report = json.loads((copy.path / "_build" / "execution-report.json").read_text())
+    assert [row["status"] for row in report["blocks"] if row["docname"] == "index"][5] == \
+        "platform-only"
+
+
+def test_doctest_counts_platform_only_blocks_apart(platform_site):
+    copy, _, _ = platform_site
+    checked = copy.build("doctest", fresh=True)
+    assert "index: 6 passed, 0 failed, 1 on Stand-in only" in checked.status
+    assert "\n7 passed, 0 failed, 1 on Stand-in only\n" in checked.status
+    assert checked.app.statuscode == 0
+
+
+def _table(page: str) -> dict[str, list[str]]:
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S):
+        cells = [unescape(re.sub(r"<[^>]+>", "", c)).strip()
+                 for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_platforms_page_counts_agree_with_the_records(platform_site):
+    copy, _, html = platform_site
+    page = html.html("platforms")
+    rows = _table(page)
+    assert rows.pop("Chapter") == ["blocks"] + [f"Stand-in: {title}" for title in (
+        "same", "differs", "varies", "fails", "needs more devices",
+        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
+    statuses = [b["status"] for b in _record(copy, "index")["blocks"]]
+    # same, differs, varies come from comparing the "ran" blocks with the main record.
+    assert rows["Platform"] == ["7", "2", "1", "1", str(statuses.count("failed")), "0",
+                                str(statuses.count("failed-because")), "0", "1", "0"]
+    assert rows["Several processes"][0] == "1"
+    assert rows["Several processes"][7] == str(
+        [b["status"] for b in _record(copy, "multi")["blocks"]].count("not-run-there"))
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    assert "The stand-in prints its own name (1 block; taught in Platform)" in text
+    assert "An operation the stand-in lacks (1 block; taught in Platform)" in text
+    assert "Pages of several processes (1 block; taught in Several processes)" in text
+    assert "Not yet explained" not in text
+    assert 'href="index.html#block-line-14"' in page
+
+
+def test_edits_after_the_platform_run(platform_site):
+    copy, _, _ = platform_site
+    copy.edit("index.md", 'print("the same on every platform")',
+              'print("the same on every platform!")')
+    copy.build("record", fresh=True)
+    page = copy.build("html").html()
+    captions = _captions(page)
+    assert captions[0] == "not yet verified on Stand-in"
+    assert captions[1] == "on Stand-in the output differs"
+    rows = _table(copy.build("html").html("platforms"))
+    assert rows["Platform"][9] == "1"
+
+
+def test_platform_doctest_passes_then_catches_a_change(site):
+    copy = site("platform")
+    copy.build("platform", fresh=True)
+    checked = copy.build("platform-doctest", fresh=True)
+    assert "platform: 7 passed, 0 failed, 1 not run there" in checked.status
+    assert checked.app.statuscode == 0
+    record = copy.path / PLATFORM_DIR / "index.json"
+    record.write_text(record.read_text().replace("ran where the platform is",
+                                                 "ran somewhere else"))
+    checked = copy.build("platform-doctest", fresh=True)
+    assert "platform: 6 passed, 1 failed, 1 not run there" in checked.status
+    assert "index.md:34: output on Stand-in differs from its record" in checked.status
+    assert checked.app.statuscode == 1
+
+
+def test_a_platform_run_stops_at_once_where_the_platform_is_absent(site):
+    copy = site("platform")
+    with pytest.raises(SphinxError, match=r"TPU v5e is not here: JAX here sees no TPU "
+                                          r"\(RuntimeError: Unable to initialize backend 'tpu'"):
+        copy.build("platform", fresh=True, confoverrides={"verified_platforms": ["tpu-v5e"]})
+    assert not (copy.path / "record" / "platform").exists()
+    assert not (copy.path / "_build" / ".execution-cache").exists()  # no page ran
+
+
+def test_an_unknown_platform_option_is_a_located_error(site):
+    copy = site("platform")
+    copy.edit("index.md", ":platform: stand-in", ":platform: tpu-v9")
+    copy.build("platform", fresh=True)
+    build = copy.build("html", fresh=True)
+    # The page does not run, so the causes its blocks showed explain nothing now.
+    assert build.warning_lines() == [
+        "index.md:34: ERROR: unknown platform 'tpu-v9' (verified_platforms names: stand-in) "
+        "[verified.option]",
+        *(f"platforms.md:3: WARNING: platforms-matrix: cause {name!r} explains no block (the "
+          f"platform no longer shows it) [verified.platforms]"
+          for name in ("own-output", "missing-op"))]
+
+
+def _target(devices_there: int) -> tuple[Target, TargetRecord, Block]:
+    block = Block(index=0, line=5, source="mesh = jax.make_mesh((8,), ('x',))")
+    recorded = TargetBlock(line=5, source_sha256=source_digest(block.source), status="failed",
+                           error="ValueError: Number of devices 1 must be >= the product of "
+                                 "mesh_shape (8,)")
+    record = TargetRecord("p", "tpu-v5e", Environment(device_count=devices_there), [recorded])
+    return Target(PLATFORM, "tpu-v5e", "TPU v5e", Path("python")), record, block
+
+
+def test_a_page_that_asks_for_more_devices_needs_them():
+    target, record, block = _target(1)
+    main = RecordedBlock(line=5, source_sha256=source_digest(block.source), status="ran")
+    item = verdict(block, (block,), main, record, target, {}, host_devices=8)
+    assert item.kind == NEEDS_DEVICES
+    assert item.text() == "needs 8 devices (TPU v5e here has 1)"
+    # With enough devices there, the same failure is the block's own.
+    target, record, block = _target(8)
+    assert verdict(block, (block,), main, record, target, {}, host_devices=8).kind == "fails"
+
+
+def test_the_engine_has_no_import_circles():
+    package = Path(__file__).resolve().parent.parent / "ext" / "verified"
+    graph = {}
+    for path in package.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= ({node.module.split(".")[0]} if node.module
+                             else {alias.name for alias in node.names})
+        graph[path.stem] = imported
+
+    def reach(start: str, seen: set[str]) -> set[str]:
+        for name in graph.get(start, ()):
+            if name not in seen:
+                seen.add(name)
+                reach(name, seen)
+        return seen
+
+    circles = sorted(name for name in graph if name in reach(name, set()))
+    assert circles == []
+    assert not {"targets", "target_record", "verdict", "render"} & graph["schedule"]
