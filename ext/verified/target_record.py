@@ -32,6 +32,7 @@ from .model import (
 )
 from .record import BUILTIN_NORMALIZERS, source_digest
 from .targets import Target
+from .worker import HOST_ADVISORY  # records made before the worker left it out still hold it
 
 # A block that raised only because an earlier block of the page failed (or crashed).
 FAILED_BECAUSE = "failed-because"
@@ -100,7 +101,8 @@ def read_target_record(record_dir: Path, target: Target, docname: str) -> Target
         blocks=[TargetBlock(
             line=b["line"], source_sha256=b["source_sha256"], status=b["status"],
             outputs=[Output(**o) for o in b["outputs"]],
-            warnings=[WarningRecord(**w) for w in b["warnings"]],
+            warnings=[WarningRecord(**w) for w in b["warnings"]
+                      if not HOST_ADVISORY.match(w["message"])],
             error=b.get("error", ""), because=b.get("because"))
             for b in data["blocks"]],
     )

@@ -68,7 +68,7 @@ KNOWN_PLATFORMS: dict[str, dict[str, Any]] = {
         "env": {"JAX_PLATFORMS": "tpu,cpu"},
         "no_multiprocess": "its pages run as several processes that talk over sockets, "
                            "and the TPU machine it is verified on allows none",
-        "page_limit": 420,
+        "page_limit": 300,
     },
 }
 

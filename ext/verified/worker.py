@@ -37,6 +37,9 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 SLOW_OPERATION_ALARM = re.compile(
     r"^[IWEF]\d{4} [\d:.]+\s+\d+ slow_operation_alarm\.cc:\d+\][^\n]*\n"
     r"(?:[ \t]*\n|\*+\n|\[Compiling module [^\n]*\n)*", re.MULTILINE)
+# The TPU runtime's advice about the host VM (transparent hugepages), warned once per process
+# by whichever block first opens the chip: the machine's configuration, not block output.
+HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
 # A block has ended when the work it started has: JAX dispatches asynchronously, so XLA may
 # still be computing after the cell returns. The worker waits until no other thread of its
 # process is running or waiting for a core and the process used less than SETTLE_BUSY of a
@@ -333,6 +336,8 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     cell_names = {name: number for name, number in shell.compile._filename_map.items()}
     warning_records = []
     for item in caught:
+        if HOST_ADVISORY.match(str(item.message)):
+            continue
         line = item.lineno if item.filename in cell_names else None
         warning_records.append({
             "category": item.category.__name__,
