@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sphinx.errors import SphinxError
 
-from verified.model import Block, Environment
+from verified.model import Block, Environment, Output
 from verified.record import RecordedBlock, source_digest
 from verified.target_record import TargetBlock, TargetRecord
 from verified.targets import PLATFORM, Target
@@ -229,3 +229,19 @@ def test_the_engine_has_no_import_circles():
     circles = sorted(name for name in graph if name in reach(name, set()))
     assert circles == []
     assert not {"targets", "target_record", "verdict", "render"} & graph["schedule"]
+
+
+def test_a_source_path_reads_the_same_on_another_machine():
+    """A TPU VM's JAX lies outside any site-packages: the path in a traceback differs, the
+    output does not."""
+    block = Block(index=0, line=5, source="from jax.experimental import enable_x64")
+    text = "ImportError: cannot import name 'enable_x64' from 'jax.experimental' ({})"
+    main = RecordedBlock(line=5, source_sha256=source_digest(block.source), status="ran",
+                         outputs=[Output("error", text.format("<path>").rstrip(")"))])
+    there = TargetBlock(line=5, source_sha256=main.source_sha256, status="ran",
+                        outputs=[Output("error", text.format("/opt/jax/jax/experimental/x.py"))])
+    target, _, _ = _target(1)
+    record = TargetRecord("p", "tpu-v5e", Environment(device_count=1), [there])
+    assert verdict(block, (block,), main, record, target, {}).kind == "same"
+    there.outputs = [Output("error", text.format("/opt/jax/jax/other.py") + " and more")]
+    assert verdict(block, (block,), main, record, target, {}).kind == "differs"

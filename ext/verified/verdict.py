@@ -34,6 +34,10 @@ UNVERIFIED = "not-verified"  # no record of this block's current source
 VERDICTS = (SAME, DIFFERS, RUNS, FAILS, DEPENDS, NEEDS_DEVICES, NOT_THERE, ONLY_THERE,
             UNVERIFIED)
 _DEVICE_ERROR = re.compile(r"device|mesh", re.IGNORECASE)
+# Another machine installs its packages elsewhere (a TPU VM's JAX is not in a site-packages):
+# a source file's path, or what the record made of it, reads the same on both sides.
+TARGET_PATHS = "target-paths"
+_TARGET_PATH_RULES = ((r"\(?(?:/[^\s:'\"()]+\.py|<path>)\)?", "<path>"),)
 
 
 @dataclass
@@ -101,6 +105,9 @@ def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
         return Verdict(DEPENDS, target, because=earlier, recorded=recorded)
     if recorded.status == FAILED:
         return Verdict(FAILS, target, detail=recorded.error, recorded=recorded)
+    if not block.varies:
+        block = dataclasses.replace(block, normalize=(*block.normalize, TARGET_PATHS))
+        normalizers = {**normalizers, TARGET_PATHS: _TARGET_PATH_RULES}
     comparison = compare(block, recorded.as_result(block.index), main, normalizers)
     if comparison.verdict == "unchecked":
         return Verdict(RUNS, target, recorded=recorded)
