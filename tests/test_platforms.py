@@ -138,16 +138,18 @@ def test_platforms_page_counts_agree_with_the_records(platform_site):
 
 
 def test_edits_after_the_platform_run(platform_site):
+    """An edited block is not yet verified there, and neither is any block after it (it
+    starts from another state); blocks before it keep their verdicts."""
     copy, _, _ = platform_site
-    copy.edit("index.md", 'print("the same on every platform")',
-              'print("the same on every platform!")')
+    copy.edit("index.md", "print(1.0001 if THERE else 1.0)", "print(1.0002 if THERE else 1.0)")
     copy.build("record", fresh=True)
     page = copy.build("html").html()
-    captions = _captions(page)
-    assert captions[0] == "not yet verified on Stand-in"
-    assert captions[1] == "on Stand-in the output differs"
+    assert _captions(page) == ["also verified on Stand-in (same output)",
+                               "on Stand-in the output differs",
+                               *["not yet verified on Stand-in"] * 4]
+    assert "runs on Stand-in only, and is not yet verified there" in page
     rows = _table(copy.build("html").html("platforms"))
-    assert rows["Platform"][9] == "1"
+    assert rows["Platform"][9] == "5"
 
 
 def test_platform_doctest_passes_then_catches_a_change(site):

@@ -20,7 +20,7 @@ from .model import BlockResult, DocResult
 from .record import compare
 from .render import Verification, failure_report, render_block
 from .state import BuildState, state
-from .verdict import ONLY_THERE, label_block, verdict_nodes
+from .verdict import label_block, verdict_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         prompt = next(iter(node.findall(nodes.paragraph)), None)
         verdicts = [item for item in build.targets.verdicts(
             docname, block, found.job.blocks, verification.recorded,
-            found.job.settings.host_devices) if item.kind != ONLY_THERE]  # its caption says it
+            found.job.settings.host_devices) if item.target.name != block.platform]
+        # (a block that runs on one platform alone: its caption speaks for that platform)
         environment = verification.recorded_environment if block.index in elsewhere \
             else result.environment
         cell = render_block(block, block_result, environment, verification, prompt,
@@ -77,9 +78,11 @@ def _with_platform_blocks(build: BuildState, docname: str, blocks, result: DocRe
     for block in blocks:
         if not block.platform:
             continue
-        there = build.targets.only_there(docname, block)
+        there = build.targets.only_there(docname, block, blocks)
         if there is None:
-            text = f"runs on {block.platform} only, and is not yet verified there"
+            label = next((target.label for target in build.config.platforms
+                          if target.name == block.platform), block.platform)
+            text = f"runs on {label} only, and is not yet verified there"
             captions[block.index] = Verification(compare(block, result.blocks[block.index],
                                                          None, {}), None, None, caption=text)
             continue

@@ -71,6 +71,15 @@ class TargetRecord:
                 return recorded
         return None
 
+    def verified_for(self, block: Block, blocks: tuple[Block, ...]) -> TargetBlock | None:
+        """The recorded block, if it ran there in the state it runs in now: it and every
+        block before it have the code the target ran (an edit above a block changes what
+        it starts from, so the target has not verified it until it runs the page again)."""
+        for earlier in blocks[:block.index]:
+            if self.block_for(earlier) is None:
+                return None
+        return self.block_for(block)
+
 
 def target_record_dir(record_dir: Path, target: Target) -> Path:
     return Path(record_dir) / target.dirname

@@ -81,10 +81,11 @@ def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
             host_devices: int | None = None) -> Verdict | None:
     """How ``block`` behaves on ``target``, from the committed records alone: None for a
     block that never runs there (skip-execution, or only on another platform);
-    not-verified when either record is stale. ``host_devices`` is what the page asks for."""
+    not-verified when either record is stale for it (the block, or one before it, changed
+    since that run). ``host_devices`` is what the page asks for."""
     if block.skip or (block.platform and block.platform != target.name):
         return None
-    recorded = record.block_for(block) if record else None
+    recorded = record.verified_for(block, blocks) if record else None
     date = record.environment.date if record else ""
     if recorded is None:
         return Verdict(UNVERIFIED, target)
@@ -162,13 +163,13 @@ class TargetRecords:
                 found.append(result)
         return found
 
-    def only_there(self, docname: str, block: Block) -> tuple[Target, TargetRecord,
-                                                              TargetBlock] | None:
+    def only_there(self, docname: str, block: Block, blocks: tuple[Block, ...]
+                   ) -> tuple[Target, TargetRecord, TargetBlock] | None:
         """For a block that runs on one platform alone: that platform, its record and the
-        block's entry, if the record holds the block's current source."""
+        block's entry, if that platform ran the page's current code up to this block."""
         target = next((t for t in self.config.platforms if t.name == block.platform), None)
         record = self.get(target, docname) if target else None
-        recorded = record.block_for(block) if record else None
+        recorded = record.verified_for(block, blocks) if record else None
         return (target, record, recorded) if recorded is not None else None
 
 
