@@ -59,7 +59,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         prompt = next(iter(node.findall(nodes.paragraph)), None)
         verdicts = [item for item in build.targets.verdicts(
             docname, block, found.job.blocks, verification.recorded,
-            found.job.settings.host_devices) if item.target.name != block.platform]
+            found.job.settings) if item.target.name != block.platform]
         # (a block that runs on one platform alone: its caption speaks for that platform)
         environment = verification.recorded_environment if block.index in elsewhere \
             else result.environment

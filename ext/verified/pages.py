@@ -58,7 +58,7 @@ def page_verdicts(build, env, targets: tuple[Target, ...]) -> list[PageVerdicts]
                 item = verdict(as_on_target(build.config, docname, block, target),
                                found.job.blocks, main, build.targets.get(target, docname),
                                target, build.config.normalizers,
-                               found.job.settings.host_devices)
+                               found.job.settings)
                 if item is not None:
                     rows.append((block, item))
         pages.append(PageVerdicts(docname, found.job.blocks, verdicts))
@@ -269,6 +269,10 @@ class Cause:
             return True
         return any(page == docname and piece in block.source for page, piece in self.blocks)
 
+    def pages(self) -> set[str]:
+        """The pages it names: its chapter and the pages of the blocks it explains."""
+        return {self.chapter, *(page for page, _ in self.blocks)}
+
 
 CAUSE_KEYS = {"title", "model", "chapter", "verdict", "errors", "blocks"}
 
@@ -355,11 +359,18 @@ class PlatformsMatrix(_VerdictPage):
                     else:
                         grouped[cause.key].append((page.docname, block))
                         used.add(cause.key)
+            # Pages whose current code the platform has not all run: a cause they showed
+            # may be hidden there until the platform's next run, not gone.
+            awaiting = {page.docname for page in pages if page.counts(platform.name)[UNVERIFIED]}
             title = f"Why blocks differ on {platform.label}"
             out.append(nodes.rubric(title, title))
             listing = nodes.bullet_list(classes=["platforms-causes"])
             for cause in causes:
                 if not grouped[cause.key]:
+                    pending = sorted(cause.pages() & awaiting)
+                    if pending:
+                        used.add(cause.key)
+                        listing += self._awaiting(cause, platform, pending)
                     continue
                 item = nodes.list_item(ids=[f"cause-{cause.key}"])
                 head = nodes.paragraph()
@@ -402,6 +413,24 @@ class PlatformsMatrix(_VerdictPage):
                                    location=self.get_location(), type="verified",
                                    subtype="platforms")
         return out
+
+    def _awaiting(self, cause: Cause, platform: Target, pending: list[str]) -> nodes.list_item:
+        """A cause none of whose blocks is verified there now: its pages await a run."""
+        item = nodes.list_item(ids=[f"cause-{cause.key}"])
+        head = nodes.paragraph()
+        head += nodes.strong(cause.title, cause.title)
+        head += nodes.Text(f" (no block verified on {platform.label} shows it now: it has not "
+                           f"run the current code of ")
+        for position, docname in enumerate(pending):
+            if position:
+                head += nodes.Text(", ")
+            head += self._doc_link(docname)
+        head += nodes.Text(")")
+        item += head
+        inline, messages = self.parse_inline(cause.model, lineno=self.lineno)
+        item += nodes.paragraph("", "", *inline)
+        item += messages
+        return item
 
 
 GENERATED = ("{versions-matrix}", "{platforms-matrix}")

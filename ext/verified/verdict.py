@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from docutils import nodes
 
-from .model import FAILED, Block
+from .model import FAILED, Block, DocSettings
 from .record import RecordedBlock, compare
 from .render import folded, output_nodes
 from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, TargetBlock, TargetRecord,
@@ -78,13 +78,17 @@ class Verdict:
 def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
             record: TargetRecord | None, target: Target,
             normalizers: dict[str, tuple[tuple[str, str], ...]],
-            host_devices: int | None = None) -> Verdict | None:
+            settings: DocSettings | None = None) -> Verdict | None:
     """How ``block`` behaves on ``target``, from the committed records alone: None for a
     block that never runs there (skip-execution, or only on another platform);
     not-verified when either record is stale for it (the block, or one before it, changed
-    since that run). ``host_devices`` is what the page asks for."""
+    since that run). ``settings`` are the page's: the devices and processes it asks for."""
     if block.skip or (block.platform and block.platform != target.name):
         return None
+    settings = settings or DocSettings()
+    if target.no_multiprocess and settings.processes > 1:  # what the page is, not what ran
+        return Verdict(NOT_THERE, target, detail=target.no_multiprocess)
+    host_devices = settings.host_devices
     recorded = record.verified_for(block, blocks) if record else None
     date = record.environment.date if record else ""
     if recorded is None:
@@ -153,12 +157,13 @@ class TargetRecords:
         return tuple(digests)
 
     def verdicts(self, docname: str, block: Block, blocks: tuple[Block, ...],
-                 main: RecordedBlock | None, host_devices: int | None = None) -> list[Verdict]:
+                 main: RecordedBlock | None, settings: DocSettings | None = None
+                 ) -> list[Verdict]:
         found = []
         for target in self.targets:
             result = verdict(as_on_target(self.config, docname, block, target), blocks, main,
                              self.get(target, docname), target, self.config.normalizers,
-                             host_devices)
+                             settings)
             if result is not None:
                 found.append(result)
         return found
