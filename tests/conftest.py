@@ -69,6 +69,16 @@ class Site:
         path.write_text(text.replace(old, new, 1), encoding="utf-8")
 
 
+def target_site(folder: Path, root: str, builder: str) -> tuple[Site, Build, Build]:
+    """A copy of a test root with its main record and one target's record made (``builder``:
+    ``matrix`` or ``platform``), then built as HTML: (site, the target run, the HTML build)."""
+    shutil.copytree(ROOTS / f"test-{root}", folder)
+    copy = Site(folder)
+    copy.build("record", fresh=True)
+    run = copy.build(builder, fresh=True)
+    return copy, run, copy.build("html", fresh=True)
+
+
 @pytest.fixture
 def site(tmp_path):
     """``site("basic")`` → a fresh copy of tests/roots/test-basic."""

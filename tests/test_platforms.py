@@ -6,9 +6,9 @@ CPU with VERIFIED_TEST_PLATFORM=1 set (no accelerator)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
-import shutil
 from html import unescape
 from pathlib import Path
 
@@ -29,15 +29,9 @@ PLATFORM_DIR = Path("record") / "platform" / "stand-in"
 @pytest.fixture(scope="module")
 def platform_site(tmp_path_factory):
     """test-platform with its main record and its platform record made, built as HTML."""
-    from conftest import ROOTS, Site
+    from conftest import target_site
 
-    target = tmp_path_factory.mktemp("platform") / "site"
-    shutil.copytree(ROOTS / "test-platform", target)
-    copy = Site(target)
-    copy.build("record", fresh=True)
-    run = copy.build("platform", fresh=True)
-    html = copy.build("html", fresh=True)
-    return copy, run, html
+    return target_site(tmp_path_factory.mktemp("platform") / "site", "platform", "platform")
 
 
 def _record(copy, page: str) -> dict:
@@ -268,3 +262,20 @@ def test_a_source_path_reads_the_same_on_another_machine():
     assert verdict(block, (block,), main, record, target, {}).kind == "same"
     there.outputs = [Output("error", text.format("/opt/jax/jax/other.py") + " and more")]
     assert verdict(block, (block,), main, record, target, {}).kind == "differs"
+
+
+def test_a_platform_caps_a_page_s_time_and_leaves_out_other_platforms_blocks():
+    from verified.model import DocJob
+    from verified.targets import job_for
+
+    blocks = (Block(index=0, line=1, source="a = 1"),
+              Block(index=1, line=5, source="b = 2", platform="tpu-v5e"),
+              Block(index=2, line=9, source="c = 3", platform="other"))
+    job = DocJob("p", "p.md", DocSettings(budget=900.0), blocks)
+    tpu = Target(PLATFORM, "tpu-v5e", "TPU v5e", Path("python"), page_limit=300.0)
+    there = job_for(job, tpu)
+    assert there.settings.budget == 300.0  # a page that hangs there is stopped
+    assert [block.skip for block in there.blocks] == [False, False, True]
+    assert [block.skip for block in job.for_platform(None).blocks] == [False, True, True]
+    shorter = dataclasses.replace(job, settings=DocSettings(budget=60.0))
+    assert job_for(shorter, tpu).settings.budget == 60.0  # the page's own, when shorter
