@@ -69,6 +69,18 @@ class Site:
         path.write_text(text.replace(old, new, 1), encoding="utf-8")
 
 
+def html_table(page: str) -> dict[str, list[str]]:
+    """A generated page's table: each row's cells by its first cell, markup removed."""
+    from html import unescape
+
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S):
+        cells = [unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+                 for cell in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
 def target_site(folder: Path, root: str, builder: str) -> tuple[Site, Build, Build]:
     """A copy of a test root with its main record and one target's record made (``builder``:
     ``matrix`` or ``platform``), then built as HTML: (site, the target run, the HTML build)."""

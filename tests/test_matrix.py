@@ -10,6 +10,7 @@ from html import unescape
 
 import pytest
 
+from conftest import html_table
 from verified.model import FAILED, NOT_RUN, RAN, Block, BlockResult, ErrorInfo
 from verified.pages import PageVerdicts, minimum_version
 from verified.target_record import FAILED_BECAUSE, assigned_names, dependent_failures
@@ -130,18 +131,9 @@ def test_captions_give_every_verdict(matrix_site):
     assert fold and "old output" in fold.group(1)
 
 
-def _table(page: str) -> dict[str, list[str]]:
-    rows = {}
-    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S):
-        cells = [unescape(re.sub(r"<[^>]+>", "", c)).strip()
-                 for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)]
-        rows[cells[0]] = cells[1:]
-    return rows
-
-
 def test_versions_page_counts_agree_with_the_records(matrix_site):
     copy, _, html = matrix_site
-    rows = _table(html.html("versions"))
+    rows = html_table(html.html("versions"))
     header = rows.pop("Chapter")
     assert header[:7] == ["blocks", "jax 0.0-old: same", "jax 0.0-old: differs",
                           "jax 0.0-old: varies", "jax 0.0-old: fails",
@@ -173,7 +165,7 @@ def test_edits_after_the_matrix_run(matrix_site):
     # next matrix run; the block before it keeps its verdict.
     assert _captions(page) == ["also verified on jax 0.0-old (same output)",
                                *["not yet verified on jax 0.0-old"] * 7]
-    rows = _table(copy.build("html").html("versions"))
+    rows = html_table(copy.build("html").html("versions"))
     assert rows["Matrix"][6] == "7"
     assert rows["Matrix"][7] == "?"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sphinx.errors import SphinxError
 
+from conftest import html_table
 from verified.model import Block, DocSettings, Environment, Output
 from verified.record import RecordedBlock, source_digest
 from verified.target_record import TargetBlock, TargetRecord
@@ -100,19 +101,10 @@ def test_doctest_counts_platform_only_blocks_apart(platform_site):
     assert checked.app.statuscode == 0
 
 
-def _table(page: str) -> dict[str, list[str]]:
-    rows = {}
-    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S):
-        cells = [unescape(re.sub(r"<[^>]+>", "", c)).strip()
-                 for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)]
-        rows[cells[0]] = cells[1:]
-    return rows
-
-
 def test_platforms_page_counts_agree_with_the_records(platform_site):
     copy, _, html = platform_site
     page = html.html("platforms")
-    rows = _table(page)
+    rows = html_table(page)
     assert rows.pop("Chapter") == ["blocks"] + [f"Stand-in: {title}" for title in (
         "same", "differs", "varies", "fails", "needs more devices",
         "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
@@ -147,7 +139,7 @@ def test_edits_after_the_platform_run(platform_site):
     assert _captions(copy.build("html").html("multi")) == [
         "not run on Stand-in: the stand-in runs no page of several processes"]
     platforms = copy.build("html")
-    rows = _table(platforms.html("platforms"))
+    rows = html_table(platforms.html("platforms"))
     assert rows["Platform"][9] == "5"
     # The operation the stand-in lacks is in a block that now awaits a run there: its cause
     # says so, and is no warning.
