@@ -22,7 +22,7 @@ from .model import Block
 from .state import state
 from .targets import Target
 from .verdict import (DEPENDS, DIFFERS, FAILS, NEEDS_DEVICES, NOT_THERE, ONLY_THERE, RUNS, SAME,
-                      UNVERIFIED, VERDICTS, Verdict, as_on_target, block_label, verdict)
+                      UNVERIFIED, VERDICTS, Verdict, block_label)
 
 logger = logging.getLogger(__name__)
 
@@ -50,17 +50,12 @@ def page_verdicts(build, env, targets: tuple[Target, ...]) -> list[PageVerdicts]
         if found is None or not found.job.blocks:
             continue
         record = build.record_for(docname)
-        verdicts: dict[str, list[tuple[Block, Verdict]]] = {}
-        for target in targets:
-            rows = verdicts.setdefault(target.name, [])
-            for block in found.job.blocks:
-                main = record.block_for(block) if record else None
-                item = verdict(as_on_target(build.config, docname, block, target),
-                               found.job.blocks, main, build.targets.get(target, docname),
-                               target, build.config.normalizers,
-                               found.job.settings)
-                if item is not None:
-                    rows.append((block, item))
+        verdicts: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
+        for block in found.job.blocks:
+            main = record.block_for(block) if record else None
+            for item in build.targets.verdicts(docname, block, found.job.blocks, main,
+                                               found.job.settings, targets):
+                verdicts[item.target.name].append((block, item))
         pages.append(PageVerdicts(docname, found.job.blocks, verdicts))
     return pages
 

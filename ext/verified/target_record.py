@@ -75,10 +75,16 @@ class TargetRecord:
         """The recorded block, if it ran there in the state it runs in now: it and every
         block before it have the code the target ran (an edit above a block changes what
         it starts from, so the target has not verified it until it runs the page again)."""
-        for earlier in blocks[:block.index]:
-            if self.block_for(earlier) is None:
-                return None
-        return self.block_for(block)
+        return self.block_for(block) if block.index < self._first_stale(blocks) else None
+
+    def _first_stale(self, blocks: tuple[Block, ...]) -> int:
+        """The index of the page's first block the record does not hold as it is now (the
+        number of blocks if none), worked out once per page's blocks, not once per block."""
+        cached = self.__dict__.get("_stale_at")  # not a field: records are written by fields
+        if cached is None or cached[0] is not blocks:
+            stale = next((b.index for b in blocks if self.block_for(b) is None), len(blocks))
+            cached = self.__dict__["_stale_at"] = (blocks, stale)
+        return cached[1]
 
 
 def target_record_dir(record_dir: Path, target: Target) -> Path:

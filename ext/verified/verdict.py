@@ -157,10 +157,11 @@ class TargetRecords:
         return tuple(digests)
 
     def verdicts(self, docname: str, block: Block, blocks: tuple[Block, ...],
-                 main: RecordedBlock | None, settings: DocSettings | None = None
-                 ) -> list[Verdict]:
+                 main: RecordedBlock | None, settings: DocSettings | None = None,
+                 targets: tuple[Target, ...] | None = None) -> list[Verdict]:
+        """The block's verdict on each target (``targets``: these only), None left out."""
         found = []
-        for target in self.targets:
+        for target in self.targets if targets is None else targets:
             result = verdict(as_on_target(self.config, docname, block, target), blocks, main,
                              self.get(target, docname), target, self.config.normalizers,
                              settings)
