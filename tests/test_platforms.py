@@ -123,6 +123,14 @@ def test_platforms_page_counts_agree_with_the_records(platform_site):
     assert 'href="index.html#block-line-14"' in page
 
 
+def test_a_chapter_links_a_cause_by_its_label(platform_site):
+    _, _, html = platform_site
+    link = re.search(r'<a class="reference internal" href="([^"]+)">(.*?)</a>\s*\.\s*</p>',
+                     html.html())
+    assert link and link.group(1) == "platforms.html#cause-own-output"
+    assert unescape(re.sub(r"<[^>]+>", "", link.group(2))) == "The stand-in prints its own name"
+
+
 def test_edits_after_the_platform_run(platform_site):
     """An edited block is not yet verified there, and neither is any block after it (it
     starts from another state); blocks before it keep their verdicts."""

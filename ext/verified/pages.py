@@ -367,7 +367,7 @@ class PlatformsMatrix(_VerdictPage):
                         used.add(cause.key)
                         listing += self._awaiting(cause, platform, pending)
                     continue
-                item = nodes.list_item(ids=[f"cause-{cause.key}"])
+                item = self._cause_item(cause)
                 head = nodes.paragraph()
                 head += nodes.strong(cause.title, cause.title)
                 count = len(grouped[cause.key])
@@ -409,9 +409,16 @@ class PlatformsMatrix(_VerdictPage):
                                    subtype="platforms")
         return out
 
+    def _cause_item(self, cause: Cause) -> nodes.list_item:
+        """A cause's list item, labelled `cause-KEY` so a chapter can {ref} it at its block."""
+        label = f"cause-{cause.key}"
+        self.env.get_domain("std").note_hyperlink_target(label, self.env.docname, label,
+                                                          cause.title)
+        return nodes.list_item(ids=[label])
+
     def _awaiting(self, cause: Cause, platform: Target, pending: list[str]) -> nodes.list_item:
         """A cause none of whose blocks is verified there now: its pages await a run."""
-        item = nodes.list_item(ids=[f"cause-{cause.key}"])
+        item = self._cause_item(cause)
         head = nodes.paragraph()
         head += nodes.strong(cause.title, cause.title)
         head += nodes.Text(f" (no block verified on {platform.label} shows it now: it has not "
