@@ -165,6 +165,18 @@ def test_notebook_outputs_of_every_kind(tmp_path):
     assert second.outputs[0].ename == "NameError" and second.execution_count == 2
 
 
+def test_notebook_run_all_skips_a_platform_only_block(tmp_path):
+    """nbclient and nbconvert skip cells tagged skip-execution; only the TPU block has it."""
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n```{code-cell} python\nx = 1\n```\n\n"
+                    "```{code-cell} python\n:platform: tpu-v5e\n\ny = 2\n```\n")
+    notebook = make_notebook(page, None)
+    nbformat.validate(notebook)
+    everywhere, tpu_only = [c for c in notebook.cells if c.cell_type == "code"]
+    assert "skip-execution" not in everywhere.metadata.get("tags", [])
+    assert "skip-execution" in tpu_only.metadata["tags"]
+
+
 def test_notebook_sets_up_what_the_worker_set_up(tmp_path, monkeypatch):
     """The download's first code cell sets exactly the variables the engine gave the page."""
     from verified.driver import page_environment, worker_env

@@ -80,6 +80,10 @@ def make_notebook(source: Path, result: DocResult | None,
             cell.execution_count = block_result.index + 1
     notebook.cells = [cell for cell in notebook.cells if not _has_tag(cell, "exercise-solution")]
     for cell in notebook.cells:
+        if cell.cell_type == "code" and cell.metadata.get("platform"):
+            # A block measured on one platform only (its `:platform:` option) can take minutes,
+            # or fail, elsewhere: run-all skips it; a reader on that platform runs it by hand.
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "skip-execution"]
         if _has_tag(cell, "exercise-check"):
             # Without the solution the check tests the reader's starter; run-all (nbclient,
             # nbconvert --execute) goes on past it, as the reader will.
