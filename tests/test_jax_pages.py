@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import re
+import runpy
 from pathlib import Path
 
 import jupytext
@@ -15,15 +15,7 @@ from verified.record import BUILTIN_NORMALIZERS
 pytestmark = pytest.mark.jax
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "source"
-
-
-def _verified_platforms() -> frozenset[str]:
-    """The platform names conf.py declares, read without running conf.py."""
-    for node in ast.parse((ROOT / "conf.py").read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "verified_platforms"
-                                                for t in node.targets):
-            return frozenset(ast.literal_eval(node.value))
-    return frozenset()
+PLATFORMS = frozenset(runpy.run_path(str(ROOT / "conf.py")).get("verified_platforms", ()))
 
 
 def test_each_page_gets_its_own_device_count(site):
@@ -37,10 +29,9 @@ def test_each_page_gets_its_own_device_count(site):
 
 
 def test_site_pages_are_text_notebooks_that_jupytext_reads():
-    platforms = _verified_platforms()
-    assert platforms, "conf.py declares no verified_platforms"
+    assert PLATFORMS, "conf.py declares no verified_platforms"
     for path in sorted(SOURCE.rglob("*.md")):
-        found = collect(path.stem, path, frozenset(BUILTIN_NORMALIZERS), platforms=platforms)
+        found = collect(path.stem, path, frozenset(BUILTIN_NORMALIZERS), platforms=PLATFORMS)
         assert not found.problems, (path, found.problems)
         if not found.job.blocks:
             continue
