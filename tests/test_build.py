@@ -158,6 +158,35 @@ def test_code_edit_reexecutes_only_that_page(site):
                         ("other", "expected-error")}
 
 
+def test_a_page_edited_during_the_build_is_reported_and_read_again(site, monkeypatch):
+    """An edit that lands between the run of a page and Sphinx's reading of it must not leave a
+    page with its blocks silently missing: the build says so, and the next one renders it."""
+    from verified.state import BuildState
+
+    copy = site("basic")
+    copy.build()
+    copy.edit("index.md", "Prose between blocks.", "Prose between blocks.\n\n(second thoughts)")
+    collect = BuildState.collect
+
+    def collect_then_edit(self, env, docname):
+        found = collect(self, env, docname)
+        if docname == "index" and "(second thoughts)" in (copy.path / "index.md").read_text():
+            copy.edit("index.md", "Prose between blocks.\n\n(second thoughts)",
+                      "Prose between blocks.\n\nA second\nparagraph, edited while the build ran.")
+        return found
+
+    monkeypatch.setattr(BuildState, "collect", collect_then_edit)
+    during = copy.build()
+    heads = error_heads(during)
+    assert heads and {line.split(": ERROR: ")[1] for line in heads} == {
+        "the page changed while the build ran; build again [verified.source-changed]"}
+    assert all(line.startswith("index.md:") for line in heads)
+    monkeypatch.setattr(BuildState, "collect", collect)
+    after = copy.build()
+    assert after.app.statuscode == 0 and error_heads(after) == []
+    assert "edited while the build ran" in after.html() and "hello from stdout" in after.html()
+
+
 def test_corrupt_cache_entry_is_rerun(site):
     copy = site("basic")
     copy.build()

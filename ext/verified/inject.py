@@ -45,7 +45,16 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     glue.resolve(doctree, result if found and found.job.blocks else None)
     for node in cells:
         block = by_line.get(node["fence_line"])
-        if result is None or block is None or block.source != node["source"]:
+        if result is not None and (block is None or block.source != node["source"]):
+            # The page's text changed after its blocks were collected and run for this build:
+            # the results belong to the old text, so none is shown, and the page is read again
+            # (and run, if its code changed) by the next build.
+            logger.error("the page changed while the build ran; build again",
+                         location=node, type="verified", subtype="source-changed")
+            app.env.note_reread()
+            node.replace_self([])
+            continue
+        if result is None or block is None:
             # Not run: a problem with this page was reported above.
             node.replace_self([])
             continue
