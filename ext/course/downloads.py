@@ -82,6 +82,12 @@ def make_notebook(source: Path, result: DocResult | None, check: NotebookCheck |
         cell.outputs = notebook_outputs(block_result)
         if block_result.status not in ("skipped", "not-run"):
             cell.execution_count = block_result.index + 1
+    failing = {b["index"] for b in check.data["blocks"] if b["fails_somewhere"]} if check else ()
+    for index, cell in enumerate(code_cells):
+        if index in failing:
+            # It raises on a verified platform or version: run-all goes on there too, and
+            # the check line says whether that is what the record holds.
+            _tag(cell, "raises-exception")
     notebook.cells = [cell for cell in notebook.cells if not _has_tag(cell, "exercise-solution")]
     for cell in notebook.cells:
         if text is not None and cell.cell_type == "markdown":
@@ -119,14 +125,18 @@ def _has_tag(cell: nbformat.NotebookNode, tag: str) -> bool:
 
 
 def page_environment_of(app: Sphinx, docname: str) -> dict[str, str]:
-    """What the engine sets for the page before JAX starts (``page_environment``), but the
-    platform: the course pins its own runs to the CPU, a reader's notebook runs where it is."""
+    """What the engine sets for the page before JAX starts, but the platform."""
     build = state(app)
     found = build.collected.get(docname)
-    settings = found.job.settings if found else DocSettings()
-    configured = {name: value for name, value in build.config.env.items()
-                  if name != "JAX_PLATFORMS"}
-    return page_environment(settings, configured)
+    return notebook_environment(found.job.settings if found else DocSettings(),
+                                build.config.env)
+
+
+def notebook_environment(settings: DocSettings, configured: dict[str, str]) -> dict[str, str]:
+    """``page_environment`` without the platform (``JAX_PLATFORMS``): the course pins its own
+    runs to the CPU; a reader's notebook runs where it is."""
+    return page_environment(settings, {name: value for name, value in configured.items()
+                                       if name != "JAX_PLATFORMS"})
 
 
 def notebook_check_of(app: Sphinx, docname: str) -> NotebookCheck | None:

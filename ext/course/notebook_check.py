@@ -14,7 +14,7 @@ from typing import Any
 import nbformat
 
 import verified
-from verified.model import Block, DocSettings, Output
+from verified.model import FAILED, Block, DocSettings, Output
 from verified.record import Record, source_digest
 from verified.target_record import FAILED_BECAUSE, NOT_RUN_THERE, TargetRecord
 from verified.targets import PLATFORM, Target
@@ -61,14 +61,17 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                         "blocks": {str(b.index): _recorded(main.block_for(b)) for b in blocks
                                    if main.block_for(b) is not None}})
     elsewhere: dict[str, list[dict]] = {}
+    fails: set[int] = set()  # blocks that raise on some target, unasked
     for target, record in targets:
         if record is None:
             continue
         verified_blocks = {}
         for block in blocks:
             there = record.verified_for(block, blocks)
-            if there is None or there.status in (NOT_RUN_THERE, FAILED_BECAUSE):
+            if there is None or there.status == NOT_RUN_THERE:
                 continue
+            if there.status in (FAILED, FAILED_BECAUSE):
+                fails.add(block.index)
             if block.platform == target.name:
                 elsewhere[str(block.index)] = _outputs(there.outputs, keep_images=True)
             verified_blocks[str(block.index)] = _recorded(there)
@@ -77,7 +80,9 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                         "backend": target.backend if platform else "cpu",
                         "device_kind": target.device_kind if platform else "",
                         "jax": record.environment.jax or "", "date": record.environment.date,
-                        "blocks": verified_blocks})
+                        "blocks": verified_blocks,
+                        "settings": {name: value for name, value in target.env
+                                     if platform and name != "JAX_PLATFORMS"}})
     return {
         "blocks": [{"index": b.index, "line": b.line, "digest": source_digest(b.source),
                     "raises": b.raises, "skip": b.skip, "tags": list(b.tags),
@@ -87,6 +92,7 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                                    "integers": b.tolerance.integers}),
                     "platform": b.platform,
                     "exercise": any(t.startswith("exercise-") for t in b.tags),
+                    "fails_somewhere": b.index in fails,
                     "cause": causes.get(b.index, "")} for b in blocks],
         "records": records,
         "elsewhere": elsewhere,

@@ -35,6 +35,7 @@ TOTAL_WORDS = ((SAME, "same"), (DIFFERS, "differ"), (VARIES, "vary (not compared
                (RAISED, "raised as recorded"), (UNRECORDED, "not in the record"),
                (UNVERIFIED, "not yet verified there"), (ELSEWHERE, "run on another platform only"),
                (UNCOMPARED, "not compared (exercises, skip-execution)"))
+FAILED_BECAUSE = "failed-because"  # a target record's status (target_record.py)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FIGURE = "<Figure>"  # a figure's text names its size in the renderer's pixels: not compared
 # Where a cell's code lives, as JAX's messages name it: IPython's ``<ipython-input-13-…>``
@@ -63,6 +64,8 @@ class Reference:
     jax: str
     date: str
     blocks: dict[int, RecordedBlock] = field(default_factory=dict)
+    # A platform's settings (conf.py) other than the backend: where they hold, it is here.
+    settings: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         return f"the {self.label} record (jax {self.jax or '?'}, {self.date or 'undated'})"
@@ -91,18 +94,27 @@ def load(data: dict[str, Any]) -> tuple[list[Expected], list[Reference]]:
                                 outputs=_outputs(b["outputs"]),
                                 warnings=[WarningRecord(w["category"], w["message"])
                                           for w in b["warnings"]])
-                                for index, b in r["blocks"].items()})
+                                for index, b in r["blocks"].items()}, r.get("settings", {}))
                   for r in data["records"]]
     return expected, references
+
+
+def is_here(reference: Reference, backend: str, kind: str) -> bool:
+    """Whether a record was made on this platform: the same backend, a device kind that
+    starts with the record's, and its settings in force."""
+    return (reference.backend == backend
+            and (not reference.device_kind or kind.startswith(reference.device_kind))
+            and all(os.environ.get(name) == value for name, value in reference.settings.items()))
 
 
 def choose(references: list[Reference], backend: str, kind: str, jax_version: str
            ) -> tuple[Reference, str]:
     """The record to compare with, and a plain statement of how near it is: the record of
-    this platform and JAX version; else this platform's under another version; else the
-    nearest (the same backend, else the first, the course's main record)."""
-    here = [r for r in references if r.backend == backend
-            and (not r.device_kind or kind.startswith(r.device_kind))]
+    this platform and JAX version (a platform's before the main record, which names no
+    device); else this platform's under another version; else the nearest (the same
+    backend, else the first, the course's main record)."""
+    here = sorted((r for r in references if is_here(r, backend, kind)),
+                  key=lambda r: not (r.device_kind or r.settings))
     exact = [r for r in here if r.jax == jax_version]
     if exact:
         return exact[0], f"compares with {exact[0].describe()}: this platform, this JAX"
@@ -354,13 +366,18 @@ class Check:
         recorded = self.reference.blocks.get(block.index)
         if recorded is None:
             return UNVERIFIED, f"not yet verified on {label}"
+        if recorded.status == FAILED_BECAUSE:  # what it raises there is not its own doing
+            if error is not None:
+                return RAISED, (f"raised {type(error).__name__}, as on {label}, where an "
+                                f"earlier block fails")
+            return DIFFERS, f"ran; on {label} it fails, because an earlier block fails there"
         live = live_result(block, capture, error)
         recorded = dataclasses.replace(recorded, outputs=_comparable(recorded.outputs))
         live.outputs = _comparable(live.outputs)
         comparison = compare(block, live, recorded, self.normalizers, self.reference.jax)
         if comparison.verdict == "unchecked":
             return VARIES, "varies from run to run (not compared)"
-        if comparison.verdict == "match" and recorded.status == EXPECTED_ERROR:
+        if comparison.verdict == "match" and recorded.status in (EXPECTED_ERROR, FAILED):
             return RAISED, f"raised {type(error).__name__}, as recorded on {label}"
         if comparison.verdict == "match":
             return SAME, f"same output as recorded on {label}"
@@ -393,9 +410,9 @@ def _wait_for_jax() -> None:
 def install(data: dict[str, Any]) -> None:
     """Called by the helper cell: the page's blocks and records, for the set-up cell."""
     _ACTIVE["data"] = data
-    try:
-        import myst_nb  # noqa: F401  (MyST-NB's glue, where it is installed)
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("myst_nb") is None:  # else MyST-NB's own glue
         sys.modules["myst_nb"] = _glue_module()
 
 
@@ -428,6 +445,12 @@ def setup(environment: dict[str, str], host_devices: int | None = None,
     if platform:
         wanted["JAX_PLATFORMS"] = platform
     if "jax" in sys.modules:
+        import jax
+
+        devices = jax.devices()
+        if host_devices and len(devices) < host_devices:
+            raise RuntimeError(too_few_devices(host_devices, len(devices),
+                                               jax.default_backend(), devices[0].device_kind))
         other = sorted(name for name, value in wanted.items() if not _holds(name, value))
         if other:
             raise RuntimeError(f"JAX is already imported, without this page's settings "
@@ -451,12 +474,15 @@ def setup(environment: dict[str, str], host_devices: int | None = None,
         raise RuntimeError("the check runs in Jupyter or IPython")
     data = _ACTIVE["data"]
     expected, references = load(data)
+    _uninstall(shell)
+    if not references:
+        print("This page has no record yet: nothing to compare with.")
+        return
     reference, statement = choose(references, backend, kind, jax.__version__)
-    here = next((r.name for r in references if r.backend == backend and r.backend != "cpu"
-                 and r.device_kind and kind.startswith(r.device_kind)), "")
+    here = next((r.name for r in references if r.name in data["platforms"]
+                 and is_here(r, backend, kind)), "")
     print(f"This notebook {statement}.")
     check = Check(expected, reference, here, data["normalizers"], data["platforms"], shell)
-    _uninstall(shell)
     shell.events.register("pre_run_cell", check.pre)
     shell.events.register("post_run_cell", check.post)
     shell.input_transformers_cleanup.insert(0, check.transform)
