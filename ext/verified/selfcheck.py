@@ -152,10 +152,17 @@ class Capture:
         self._undo: list = []
 
     def start(self) -> None:
+        self.muted = False
         for name in ("stdout", "stderr"):
             self._tee(name)
         self._patch(self.shell.display_pub, "publish", self._publish)
         self._patch(self.shell.displayhook, "write_format_data", self._result)
+        # A terminal's IPython prints the trailing value (``Out[3]: …``) and tracebacks on
+        # stdout: they are the value and the error, not what the block printed.
+        self._patch(self.shell.displayhook, "start_displayhook", self._mute)
+        self._patch(self.shell.displayhook, "finish_displayhook", self._unmute, after=True)
+        for name in ("showtraceback", "showsyntaxerror"):
+            self._patch(self.shell, name, self._mute, self._unmute)
         caught = warnings.catch_warnings()
         caught.__enter__()
         self._undo.append(lambda: caught.__exit__(None, None, None))
@@ -165,12 +172,19 @@ class Capture:
         while self._undo:
             self._undo.pop()()
 
-    def _patch(self, owner, name: str, replacement) -> None:
+    def _patch(self, owner, name: str, replacement, then=None, after: bool = False) -> None:
         original = getattr(owner, name)
 
         def call(*args, **kwargs):
-            replacement(*args, **kwargs)
-            return original(*args, **kwargs)
+            if not after:
+                replacement(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if after:
+                    replacement(*args, **kwargs)
+                if then is not None:
+                    then()
 
         setattr(owner, name, call)
         self._undo.append(lambda: owner.__dict__.pop(name, None))
@@ -182,7 +196,8 @@ class Capture:
             self._stderr = original  # warnings reach the reader through it, uncaptured
 
         def write(text):
-            parts.append(text)
+            if not self.muted:
+                parts.append(text)
             return original(text)
 
         try:
@@ -203,6 +218,12 @@ class Capture:
         if not prefix:
             self.sink.append(("display", dict(bundle)))
         self.sink.append(("glue", {**bundle, "name": glued.get("name", "")}))
+
+    def _mute(self, *args, **kwargs) -> None:
+        self.muted = True
+
+    def _unmute(self, *args, **kwargs) -> None:
+        self.muted = False
 
     def _result(self, format_dict, *args, **kwargs) -> None:
         self.sink.append(("result", dict(format_dict)))
