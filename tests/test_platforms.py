@@ -121,6 +121,12 @@ def test_platforms_page_counts_agree_with_the_records(platform_site):
     assert "Pages of several processes (1 block; taught in Several processes)" in text
     assert "Not yet explained" not in text
     assert 'href="index.html#block-line-14"' in page
+    # The same counts as a picture, drawn at build time, and in words for its alt text.
+    chart = re.search(r'<img alt="([^"]*)" class="platforms-chart" src="data:image/png;base64,'
+                      r'iVBOR', page)
+    assert chart and unescape(chart.group(1)) == (
+        "Verdicts per chapter on Stand-in. index: 2 same, 1 differs, 1 varies, 1 fails, "
+        "1 fails after an earlier block, 1 runs there only; multi: 1 not run there")
 
 
 def test_a_chapter_links_a_cause_by_its_label(platform_site):
