@@ -285,3 +285,21 @@ def test_a_platform_caps_a_page_s_time_and_leaves_out_other_platforms_blocks():
     assert [block.skip for block in job.for_platform(None).blocks] == [False, True, True]
     shorter = dataclasses.replace(job, settings=DocSettings(budget=60.0))
     assert job_for(shorter, tpu).settings.budget == 60.0  # the page's own, when shorter
+
+
+def test_the_errors_page_lists_every_exception_of_every_record(tmp_path):
+    """By type, with the first message line, where it was raised, a link to the block and
+    its section, and an index entry by type and by message."""
+    from conftest import target_site
+
+    _, _, html = target_site(tmp_path / "site", "errors", "platform")
+    assert html.warning_lines() == []
+    page = html.html("errors")
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    assert "2 exceptions of 2 types: RuntimeError, ZeroDivisionError" in text
+    assert ("UNIMPLEMENTED: the stand-in lacks this op — index, line 17 (§ Where it runs); "
+            "on Stand-in") in text
+    assert ("division by zero — index, line 9 (§ Dividing); on CPU, Stand-in") in text
+    assert 'href="index.html#block-line-9"' in page and 'href="index.html#block-line-17"' in page
+    index = unescape(re.sub(r"<[^>]+>", "", html.html("genindex")))
+    assert "ZeroDivisionError" in index and "division by zero" in index

@@ -448,7 +448,7 @@ class PlatformsMatrix(_VerdictPage):
         return item
 
 
-GENERATED = ("{versions-matrix}", "{platforms-matrix}")
+GENERATED = ("{versions-matrix}", "{platforms-matrix}", "{errors-index}")
 
 
 def generated_outdated(app, env, added, changed, removed) -> list[str]:
