@@ -303,3 +303,56 @@ def test_the_errors_page_lists_every_exception_of_every_record(tmp_path):
     assert 'href="index.html#block-line-9"' in page and 'href="index.html#block-line-17"' in page
     index = unescape(re.sub(r"<[^>]+>", "", html.html("genindex")))
     assert "ZeroDivisionError" in index and "division by zero" in index
+
+
+def test_a_second_platform_joins_with_configuration_only(site):
+    """A platform named in conf.py (label, backend, settings) is run by `make platform
+    PLATFORM=name` on its machine, and the captions, the Platforms page and the notebook's
+    check pick its record up with no other change."""
+    import runpy
+
+    from conftest import ROOTS
+    from course.notebook_check import check_data
+    from verified.collect import collect
+    from verified.record import read_record
+    from verified.target_record import read_target_record
+    from verified.targets import parse_platforms
+
+    first = runpy.run_path(str(ROOTS / "test-platform" / "conf.py"))["verified_platforms"]
+    both = {"verified_platforms": [*first, {
+        "name": "stand-in-2", "label": "Stand-in 2", "backend": "cpu",
+        "env": {"VERIFIED_TEST_PLATFORM": "2"}, "no_multiprocess": "no sockets there"}]}
+    copy = site("platform")
+    copy.build("record", fresh=True, confoverrides=both)
+    second = copy.path / "record" / "platform" / "stand-in-2"
+    for name in ("stand-in", "stand-in-2"):  # each on its own machine
+        run = copy.build("platform", fresh=True,
+                         confoverrides={**both, "verified_platform_run": name})
+        assert run.app.statuscode == 0
+        assert (copy.path / "record" / "platform" / name / "index.json").exists()
+        assert second.exists() == (name == "stand-in-2")
+    html = copy.build("html", fresh=True, confoverrides=both)
+    assert html.warning_lines() == []
+    captions = _captions(html.html())
+    assert [c for c in captions if "Stand-in 2" in c] == [
+        *["also verified on Stand-in 2 (same output)"] * 5,
+        "runs on Stand-in 2 (output varies, not compared)"]
+    assert [c for c in captions if "Stand-in 2" not in c][:2] == [
+        "also verified on Stand-in (same output)", "on Stand-in the output differs"]
+    rows = html_table(html.html("platforms"))
+    assert rows["Chapter"][10:] == [f"Stand-in 2: {title}" for title in (
+        "same", "differs", "varies", "fails", "needs more devices",
+        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
+    assert rows["Platform"][10:] == ["5", "0", "1", "0", "0", "0", "0", "0", "0"]
+    # The notebook carries its record, and knows it by its settings.
+    platforms = parse_platforms(both["verified_platforms"], copy.path)
+    blocks = collect("index", copy.path / "index.md", platforms=frozenset(
+        t.name for t in platforms)).job.blocks
+    data = check_data(blocks, read_record(copy.path / "record", "index"),
+                      [(t, read_target_record(copy.path / "record", t, "index"))
+                       for t in platforms], {})
+    second = data["records"][-1]
+    assert (second["name"], second["label"], second["settings"]) == (
+        "stand-in-2", "Stand-in 2", {"VERIFIED_TEST_PLATFORM": "2"})
+    assert [second["blocks"][str(i)]["status"] for i in range(7)] == [
+        "ran", "ran", "ran", "ran", "ran", "skipped", "ran"]  # the first's own block: skipped
