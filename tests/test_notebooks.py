@@ -38,7 +38,7 @@ PLATFORMS = frozenset(target.name for target in TARGETS if target.kind == "platf
 # the record" or "not yet verified".
 ON_THE_CPU = ("same output as recorded on CPU", "varies from run to run (not compared)",
               "raised ", "your exercise: not compared", "skip-execution on the page",
-              "runs on ")
+              "runs on ", "drawn by rich for Jupyter")
 
 pytestmark = [pytest.mark.jax, pytest.mark.notebooks]
 

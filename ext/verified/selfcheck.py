@@ -34,9 +34,10 @@ UNRECORDED, UNVERIFIED, ELSEWHERE, UNCOMPARED = ("unrecorded", "not-verified", "
 TOTAL_WORDS = ((SAME, "same"), (DIFFERS, "differ"), (VARIES, "vary (not compared)"),
                (RAISED, "raised as recorded"), (UNRECORDED, "not in the record"),
                (UNVERIFIED, "not yet verified there"), (ELSEWHERE, "run on another platform only"),
-               (UNCOMPARED, "not compared (exercises, skip-execution)"))
+               (UNCOMPARED, "not compared (exercises, skip-execution, colour drawings)"))
 FAILED_BECAUSE = "failed-because"  # a target record's status (target_record.py)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_RICH = '<pre style="white-space:pre;overflow-x:auto;line-height:normal'  # rich's HTML
 _FIGURE = "<Figure>"  # a figure's text names its size in the renderer's pixels: not compared
 # Where a cell's code lives, as JAX's messages name it: IPython's ``<ipython-input-13-…>``
 # (the page's worker, a terminal) or ipykernel's ``/tmp/ipykernel_PID/….py`` (Jupyter).
@@ -149,6 +150,7 @@ class Capture:
         self.texts: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self.sink: list[tuple[str, dict]] = []
         self.warnings: list[WarningRecord] = []
+        self.rich = False  # rich drew for Jupyter
         self._undo: list = []
 
     def start(self) -> None:
@@ -209,6 +211,11 @@ class Capture:
 
     def _publish(self, data, metadata=None, *args, **kwargs) -> None:
         glued = (metadata or {}).get("scrapbook")
+        if str(data.get("text/html", "")).startswith(_RICH):
+            # rich (JAX's visualize_array_sharding) prints a text table where the page ran,
+            # but draws in colour for Jupyter: another picture, not comparable with the text.
+            self.rich = True
+            return
         if not glued:
             self.sink.append(("display", dict(data)))
             return
@@ -392,6 +399,9 @@ class Check:
                 return RAISED, (f"raised {type(error).__name__}, as on {label}, where an "
                                 f"earlier block fails")
             return DIFFERS, f"ran; on {label} it fails, because an earlier block fails there"
+        if capture.rich:
+            return UNCOMPARED, ("drawn by rich for Jupyter, in colour, where the page printed "
+                                "a text table: not compared")
         live = live_result(block, capture, error)
         recorded = dataclasses.replace(recorded, outputs=_comparable(recorded.outputs))
         live.outputs = _comparable(live.outputs)
