@@ -193,8 +193,7 @@ def test_an_edited_cell_and_a_differing_output_are_named(recorded_root, tmp_path
     _, data = _check(recorded_root)
     cpu = data["records"][0]
     cpu["blocks"]["1"]["outputs"][0]["text"] = "main output, as recorded\n"
-    data["blocks"][1]["cause"] = ("The stand-in prints its own name (the Platforms "
-                                  "page#cause-own-output)")
+    data["blocks"][1]["cause"] = "The stand-in prints its own name (the Platforms page)"
     notebook = _notebook(recorded_root, data)
     edited = [c for c in notebook.cells if c.cell_type == "code" and c.source.startswith(
         "print(lacking")][0]
@@ -203,7 +202,7 @@ def test_an_edited_cell_and_a_differing_output_are_named(recorded_root, tmp_path
     lines = _lines(notebook, "check:")
     assert lines[1] == ("the output differs from CPU's: here 'main output', recorded "
                         "'main output, as recorded'; a known difference: The stand-in prints "
-                        "its own name (the Platforms page#cause-own-output)")
+                        "its own name (the Platforms page)")
     assert lines[4] == "not in the record: this cell's code is not the page's"
     assert "1 differ" in notebook.cells[-1].outputs[0].text
     assert "1 not in the record" in notebook.cells[-1].outputs[0].text

@@ -168,13 +168,14 @@ def block_causes(app: Sphinx, docname: str) -> dict[int, str]:
                 continue
             cause = next((c for c in causes if c.explains(docname, block, item)), None)
             if cause is not None and block.index not in explained:
-                explained[block.index] = f"{cause.title} ({where}#cause-{cause.key})"
+                explained[block.index] = (f"{cause.title} ({where}#cause-{cause.key})" if where
+                                          else f"{cause.title} (the Platforms page)")
     return explained
 
 
 def platform_causes(app: Sphinx) -> tuple[list[Cause], str]:
     """The causes the Platforms page names (its ``{platforms-matrix}`` YAML), and its
-    address."""
+    address under ``html_baseurl`` ("" where the site names none)."""
     for docname in sorted(app.env.found_docs):
         path = Path(app.env.doc2path(docname))
         text = path.read_text(encoding="utf-8") if path.suffix == ".md" else ""
@@ -185,7 +186,7 @@ def platform_causes(app: Sphinx) -> tuple[list[Cause], str]:
             except (ValueError, yaml.YAMLError):
                 return [], ""  # the page itself reports it, located
             base = app.config.html_baseurl
-            where = f"{base.rstrip('/')}/{docname}.html" if base else "the Platforms page"
+            where = f"{base.rstrip('/')}/{docname}.html" if base else ""
             return causes, where
     return [], ""
 
