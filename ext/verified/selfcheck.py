@@ -42,6 +42,9 @@ _FIGURE = "<Figure>"  # a figure's text names its size in the renderer's pixels:
 # Where a cell's code lives, as JAX's messages name it: IPython's ``<ipython-input-13-…>``
 # (the page's worker, a terminal) or ipykernel's ``/tmp/ipykernel_PID/….py`` (Jupyter).
 _CELL_FILE = re.compile(r"<ipython-input-\d+-[0-9a-f]+>|/[^\s:'\"]*/ipykernel_\d+/\d+\.py")
+# XLA's HLO numbers the Python stack frames of an operation's origin, which include the
+# kernel's own frames (a Jupyter kernel has more than the page's worker).
+_STACK_FRAME = re.compile(r"\bstack_frame_id=\d+")
 
 
 @dataclass(frozen=True)
@@ -271,11 +274,12 @@ def exception_only(text: str) -> str:
 
 def _comparable(outputs: list[Output]) -> list[Output]:
     """Outputs as the notebook compares them: an exception without its frames, a figure by
-    being one (its text gives the size in the renderer's pixels), a cell's file by being
-    one (each kernel names it otherwise)."""
+    being one (its text gives the size in the renderer's pixels), a cell's file and HLO's
+    stack frame numbers by being one (each kernel has its own)."""
     shown = []
     for output in outputs:
-        output = dataclasses.replace(output, text=_CELL_FILE.sub("<cell>", output.text))
+        text = _STACK_FRAME.sub("stack_frame_id=<n>", _CELL_FILE.sub("<cell>", output.text))
+        output = dataclasses.replace(output, text=text)
         if output.kind == "error":
             output = dataclasses.replace(output, text=exception_only(output.text))
         elif any(mime.startswith("image/") for mime in output.data):
