@@ -56,7 +56,7 @@ def section_titles(path: Path) -> dict[int, str]:
         elif opening:
             fence = opening.group(1)
         elif _HEADING.match(line):
-            current = _HEADING.match(line).group(2)
+            current = _HEADING.match(line).group(2).replace("`", "")
         titles[number] = current
     return titles
 
