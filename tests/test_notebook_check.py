@@ -255,3 +255,52 @@ def test_too_few_devices_is_what_the_set_up_cell_says(tmp_path):
         "This page needs 8 devices and JAX here started with 1 CPU device: the host device "
         "count is set only before JAX starts. Restart the kernel and run the notebook from "
         "the top.")
+
+
+PLAIN_IPYTHON = """
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+for cell in json.load(open(sys.argv[1]))["cells"]:
+    if cell["cell_type"] == "code":
+        shell.run_cell("".join(cell["source"]), store_history=True)
+"""
+
+
+@pytest.mark.jax
+def test_in_plain_ipython_too(recorded_root, tmp_path, monkeypatch):
+    """A terminal's IPython, no Jupyter: it prints the trailing value and tracebacks on
+    stdout, which the check tells from what the block printed."""
+    import subprocess
+
+    monkeypatch.delenv("VERIFIED_TEST_PLATFORM", raising=False)
+    from verified.record import source_digest
+
+    _, data = _check(recorded_root)
+    # A block whose trailing value is its output, as the page's worker records it, and one
+    # that raises: a terminal prints both on stdout.
+    for index, (source, status, outputs) in enumerate((
+            ("2 + 2", "ran", [{"kind": "result", "text": "4"}]),
+            ("{}['x']", "expected-error", [{"kind": "error", "text": "KeyError: 'x'"}])), 7):
+        data["blocks"].append({**data["blocks"][0], "index": index, "line": 90 + index,
+                               "digest": source_digest(source), "raises": None if index == 7
+                               else "KeyError"})
+        data["records"][0]["blocks"][str(index)] = {"status": status, "outputs": outputs,
+                                                    "warnings": []}
+    notebook = _notebook(recorded_root, data)
+    notebook.cells[-1:-1] = [nbformat.v4.new_code_cell("2 + 2"),
+                             nbformat.v4.new_code_cell("{}['x']")]
+    notebook.cells.append(nbformat.v4.new_code_cell("2 + 3"))  # not the page's
+    path = tmp_path / "index.ipynb"
+    nbformat.write(notebook, path)
+    done = subprocess.run([sys.executable, "-c", PLAIN_IPYTHON, str(path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    lines = [line.removeprefix("check: ") for line in done.stdout.splitlines()
+             if line.startswith("check: ")]
+    assert lines == [*["same output as recorded on CPU"] * 5,
+                     "runs on Stand-in only: not run here; the output shown is Stand-in's record",
+                     "varies from run to run (not compared)",
+                     "same output as recorded on CPU",
+                     "raised KeyError, as recorded on CPU",
+                     "not in the record: this cell's code is not the page's"]
+    assert "Out[" in done.stdout  # the terminal showed the value; the check did not count it
