@@ -304,3 +304,27 @@ def test_in_plain_ipython_too(recorded_root, tmp_path, monkeypatch):
                      "raised KeyError, as recorded on CPU",
                      "not in the record: this cell's code is not the page's"]
     assert "Out[" in done.stdout  # the terminal showed the value; the check did not count it
+
+
+def test_a_difference_names_the_cause_the_platforms_page_gives_it():
+    from pathlib import Path as P
+
+    from course.notebook_check import explained_blocks
+    from verified.model import Block
+    from verified.pages import parse_causes
+    from verified.targets import PLATFORM, Target
+    from verified.verdict import DIFFERS, FAILS, SAME, Verdict
+
+    causes = parse_causes((ROOTS / "test-platform" / "platforms.md").read_text()
+                          .split("```{platforms-matrix}\n")[1].split("```")[0])
+    target = Target(PLATFORM, "stand-in", "Stand-in", P("python"))
+    blocks = [Block(i, 10 * i, source) for i, source in enumerate(
+        ['print("platform output" if THERE else "main output")', "raise", "x = 1"])]
+    verdicts = [(blocks[0], Verdict(DIFFERS, target)),
+                (blocks[1], Verdict(FAILS, target, detail="RuntimeError: UNIMPLEMENTED: no")),
+                (blocks[2], Verdict(SAME, target))]
+    assert explained_blocks("index", verdicts, causes, "") == {
+        0: "The stand-in prints its own name (the Platforms page)",
+        1: "An operation the stand-in lacks (the Platforms page)"}
+    assert explained_blocks("index", verdicts[:1], causes, "https://x/platforms.html") == {
+        0: "The stand-in prints its own name (https://x/platforms.html#cause-own-output)"}

@@ -25,11 +25,11 @@ from verified.driver import page_environment
 from verified.glue import glued_values
 from verified.inject import result_for
 from verified.model import DocResult, DocSettings
-from verified.pages import Cause, PlatformsMatrix, parse_causes
+from verified.pages import Cause, parse_causes
 from verified.state import state
 
 from .chapters import ordered
-from .notebook_check import check_data, helper_cell, setup_cell, totals_cell
+from .notebook_check import check_data, explained_blocks, helper_cell, setup_cell, totals_cell
 from .notebook_text import Reading, TextContext, render_markdown
 from .readings import registry
 
@@ -153,24 +153,18 @@ def notebook_check_of(app: Sphinx, docname: str) -> NotebookCheck | None:
 
 
 def block_causes(app: Sphinx, docname: str) -> dict[int, str]:
-    """Each block of the page that a cause of the Platforms page explains: its title, and
-    where it is (the page's address under ``html_baseurl``, when the site has one)."""
+    """Each block of the page that a cause of the Platforms page explains (its verdicts on
+    the verified platforms, from the records, as that page finds them)."""
     build = state(app)
     found = build.collect(app.env, docname)
     causes, where = platform_causes(app)
     record = build.record_for(docname)
-    explained: dict[int, str] = {}
-    for block in found.job.blocks:
-        main = record.block_for(block) if record else None
-        for item in build.targets.verdicts(docname, block, found.job.blocks, main,
-                                           found.job.settings, build.config.platforms):
-            if item.kind not in PlatformsMatrix.EXPLAINED:
-                continue
-            cause = next((c for c in causes if c.explains(docname, block, item)), None)
-            if cause is not None and block.index not in explained:
-                explained[block.index] = (f"{cause.title} ({where}#cause-{cause.key})" if where
-                                          else f"{cause.title} (the Platforms page)")
-    return explained
+    verdicts = [(block, item) for block in found.job.blocks
+                for item in build.targets.verdicts(
+                    docname, block, found.job.blocks,
+                    record.block_for(block) if record else None, found.job.settings,
+                    build.config.platforms)]
+    return explained_blocks(docname, verdicts, causes, where)
 
 
 def platform_causes(app: Sphinx) -> tuple[list[Cause], str]:

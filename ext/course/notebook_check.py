@@ -15,9 +15,11 @@ import nbformat
 
 import verified
 from verified.model import FAILED, Block, DocSettings, Output
+from verified.pages import Cause, PlatformsMatrix
 from verified.record import Record, source_digest
 from verified.target_record import FAILED_BECAUSE, NOT_RUN_THERE, TargetRecord
 from verified.targets import PLATFORM, Target
+from verified.verdict import Verdict
 
 # The modules the kernel needs, in import order: the engine's comparison and the check.
 # They import only the standard library, IPython and each other (a test holds them to it).
@@ -100,6 +102,21 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                         for name, rules in normalizers.items()},
         "platforms": {t.name: t.label for t, _ in targets if t.kind == PLATFORM},
     }
+
+
+def explained_blocks(docname: str, verdicts: list[tuple[Block, Verdict]], causes: list[Cause],
+                     where: str) -> dict[int, str]:
+    """The cause (title, and where it is on the site) of each block that differs or fails on
+    a platform, as the Platforms page groups it (``where``: that page's address, or "")."""
+    explained: dict[int, str] = {}
+    for block, item in verdicts:
+        if item.kind not in PlatformsMatrix.EXPLAINED or block.index in explained:
+            continue
+        cause = next((c for c in causes if c.explains(docname, block, item)), None)
+        if cause is not None:
+            explained[block.index] = (f"{cause.title} ({where}#cause-{cause.key})" if where
+                                      else f"{cause.title} (the Platforms page)")
+    return explained
 
 
 HELPER = '''\
