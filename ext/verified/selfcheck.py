@@ -533,6 +533,15 @@ def _holds(name: str, value: str) -> bool:
     return current == value
 
 
+def uninstall() -> None:
+    """Takes the check out of the kernel (the helper cell, run again, replaces this module)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        _uninstall(shell)
+
+
 def _uninstall(shell) -> None:
     """A set-up cell run again replaces the check it installed before."""
     old = _ACTIVE.pop("check", None)
