@@ -336,8 +336,8 @@ class PlatformsMatrix(_VerdictPage):
             text = "No platform is verified (verified_platforms is empty)."
             return [nodes.paragraph(text, text)]
         pages = page_verdicts(build, self.env, platforms)
-        return [self._table(pages, platforms), *self._charts(pages, platforms),
-                *self._causes(pages, platforms, causes)]
+        charts = self._charts(pages, platforms) if self._reader_build() else []
+        return [self._table(pages, platforms), *charts, *self._causes(pages, platforms, causes)]
 
     def _charts(self, pages: list[PageVerdicts], platforms) -> list[nodes.Node]:
         """The table as a picture: a chapter's verdicts on a platform as one stacked bar."""
