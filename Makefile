@@ -20,6 +20,8 @@ MATRIX_VENVS    := $(foreach v,$(MATRIX_VERSIONS),.venv-jax-$(v)/.installed)
 # The verified platforms (`verified_platforms` in conf.py) run on a machine that has that
 # accelerator, with the Python whose JAX drives it: `make platform SYSTEM=1` uses `python3` as
 # it is (a TPU VM's JAX with libtpu) instead of .venv, whose CPU jaxlib sees no accelerator.
+# `make platform PLATFORM=name` runs that verified platform only (the one this machine has).
+RUN_PLATFORM := $(if $(PLATFORM),-D verified_platform_run=$(PLATFORM))
 ifeq ($(SYSTEM),1)
 PLATFORM_SETUP :=
 PLATFORM_SPHINX := python3 -m sphinx -c . $(SPHINXOPTS)
@@ -64,11 +66,11 @@ matrix-doctest: venv $(MATRIX_VENVS)
 # Runs every page on each verified platform (one at a time) and writes record/platform/NAME/;
 # stops at once where JAX sees no such platform. Not part of `make test` (CI has no TPU).
 platform: $(PLATFORM_SETUP)
-	$(PLATFORM_SPHINX) -E -b platform source $(BUILD)/platform -d $(BUILD)/doctrees-platform $(ONLY)
+	$(PLATFORM_SPHINX) -E -b platform source $(BUILD)/platform -d $(BUILD)/doctrees-platform $(ONLY) $(RUN_PLATFORM)
 
 # Re-runs every page on each verified platform and compares with its platform record.
 platform-doctest: $(PLATFORM_SETUP)
-	$(PLATFORM_SPHINX) -E -b platform-doctest source $(BUILD)/platform-doctest -d $(BUILD)/doctrees-platform-doctest $(ONLY)
+	$(PLATFORM_SPHINX) -E -b platform-doctest source $(BUILD)/platform-doctest -d $(BUILD)/doctrees-platform-doctest $(ONLY) $(RUN_PLATFORM)
 
 # `make doctest` three ways: natively, as an older CPU (XLA limited to AVX) and on one core.
 portability: venv

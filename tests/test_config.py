@@ -35,6 +35,8 @@ BAD_VALUES = [
      "page_limit must be a positive number"),
     ("verified_platforms", [{"name": "x", "label": "X", "backend": "cpu", "gpu": 1}],
      "unknown key(s) gpu"),
+    ("verified_platform_run", "gpu-h100", "verified_platform_run must name verified platforms"),
+    ("verified_platform_run", [3], "verified_platform_run must name verified platforms"),
 ]
 
 

@@ -93,9 +93,17 @@ def test_chapter_page_has_progress_control_and_downloads(site):
     assert 'href="../_downloads/chapters/part1/01-one.ipynb"' in page
     notebook = nbformat.read(build.outdir / "_downloads/chapters/part1/01-one.ipynb", 4)
     nbformat.validate(notebook)
-    (cell,) = [c for c in notebook.cells if c.cell_type == "code"]
+    helper, setup, cell, totals = [c for c in notebook.cells if c.cell_type == "code"]
+    assert [helper.metadata["tags"], setup.metadata["tags"], totals.metadata["tags"]] == [
+        ["generated-check", "hide-input"], ["generated-setup"], ["generated-totals"]]
     assert cell.source == 'print("one")'
     assert cell.outputs == [nbformat.v4.new_output("stream", name="stdout", text="one\n")]
+    # The prose as the page shows it: the reading box, API links, the aside.
+    prose = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    assert "{reading}" not in prose and "{api}" not in prose
+    assert "Links: [`jax.jit`](https://docs.jax.dev/en/latest/_autosummary/jax.jit.html)" in prose
+    assert "> **Assigned reading** · [**" in prose and "> Read it for the first idea." in prose
+    assert "> **Down the stack**\n>\n> XLA fuses these two operations." in prose
     assert (build.outdir / "_downloads/chapters/part1/01-one.md").read_text().startswith("# 01 · One")
 
 
@@ -165,45 +173,66 @@ def test_notebook_outputs_of_every_kind(tmp_path):
     assert second.outputs[0].ename == "NameError" and second.execution_count == 2
 
 
-def test_notebook_run_all_skips_a_platform_only_block(tmp_path):
-    """nbclient and nbconvert skip cells tagged skip-execution; only the TPU block has it."""
+def _check_for(page, settings=None):
+    from course.downloads import NotebookCheck
+    from course.notebook_check import check_data
+    from verified.collect import collect
+    from verified.model import DocSettings
+
+    blocks = collect("page", page, platforms=frozenset({"tpu-v5e"})).job.blocks
+    return NotebookCheck({}, settings or DocSettings(), check_data(blocks, None, [], {}))
+
+
+def test_notebook_run_all_goes_past_expected_errors_and_meets_platform_blocks(tmp_path):
+    """nbclient and nbconvert go on past a cell tagged raises-exception (MyST-NB's tag);
+    a platform-only block runs where its check finds that platform, so it is not skipped;
+    without the check, nothing would know where the notebook runs: run-all skips it."""
     page = tmp_path / "page.md"
     page.write_text("# P\n\n```{code-cell} python\nx = 1\n```\n\n"
+                    "```{code-cell} python\n:raises: TypeError\n\nx[0] = 2\n```\n\n"
                     "```{code-cell} python\n:platform: tpu-v5e\n\ny = 2\n```\n")
-    notebook = make_notebook(page, None)
+    notebook = make_notebook(page, None, _check_for(page))
     nbformat.validate(notebook)
-    everywhere, tpu_only = [c for c in notebook.cells if c.cell_type == "code"]
-    assert "skip-execution" not in everywhere.metadata.get("tags", [])
-    assert "skip-execution" in tpu_only.metadata["tags"]
+    _, _, everywhere, raising, tpu_only, _ = [c for c in notebook.cells if c.cell_type == "code"]
+    assert everywhere.metadata.get("tags", []) == []
+    assert raising.metadata["tags"] == ["raises-exception"]
+    assert tpu_only.metadata.get("tags", []) == []
+    unchecked = [c for c in make_notebook(page, None).cells if c.cell_type == "code"]
+    assert unchecked[2].metadata["tags"] == ["skip-execution"]
 
 
-def test_notebook_sets_up_what_the_worker_set_up(tmp_path, monkeypatch):
-    """The download's first code cell sets exactly the variables the engine gave the page."""
-    from verified.driver import page_environment, worker_env
+def test_notebook_sets_up_what_the_worker_set_up_but_the_platform(tmp_path, monkeypatch):
+    """The set-up cell sets exactly the variables the engine gave the page, but the one that
+    pins the course's own runs to the CPU: the reader's notebook runs where it is."""
+    import ast
+
+    from course.downloads import notebook_environment
+    from verified.driver import worker_env
     from verified.model import DocJob, DocSettings
 
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     settings = DocSettings(host_devices=8, env=(("EXTRA", "1"),))
-    environment = page_environment(settings, {"JAX_PLATFORMS": "cpu"})
+    environment = notebook_environment(settings, {"JAX_PLATFORMS": "cpu"})
     worker = worker_env(DocJob("p", "p.md", settings, ()), {"JAX_PLATFORMS": "cpu"},
                         str(tmp_path / "private"))
     assert {name: worker[name] for name in environment} == environment
+    assert "JAX_PLATFORMS" not in environment and environment["EXTRA"] == "1"
     assert environment["JAX_NUM_CPU_DEVICES"] == "8"
     assert "--xla_force_host_platform_device_count=8" in environment["XLA_FLAGS"]
 
     page = tmp_path / "page.md"
     page.write_text("# P\n\nText.\n\n```{code-cell} python\nimport jax\n```\n")
-    notebook = make_notebook(page, None, environment)
+    check = _check_for(page, settings)
+    check.environment = environment
+    notebook = make_notebook(page, None, check)
     nbformat.validate(notebook)
-    title, setup, code = notebook.cells
+    title, helper, setup, code, totals = notebook.cells
     assert title.cell_type == "markdown" and setup.metadata["tags"] == ["generated-setup"]
+    assert helper.metadata["jupyter"] == {"source_hidden": True}
     assert code.source == "import jax"
-    namespace: dict = {}
-    monkeypatch.setattr("os.environ", {})
-    monkeypatch.setitem(sys.modules, "jax", object())
-    with pytest.raises(RuntimeError, match="JAX is already imported: restart the kernel"):
-        exec(compile(setup.source, "setup", "exec"), {})
-    monkeypatch.delitem(sys.modules, "jax")
-    exec(compile(setup.source, "setup", "exec"), namespace)
-    assert namespace["os"].environ == environment
-    assert len(make_notebook(page, None, {}).cells) == 2  # nothing to set up: no cell
+    call = ast.parse(setup.source).body[-1].value
+    assert ast.literal_eval(call.args[0]) == environment
+    assert {k.arg: ast.unparse(k.value) for k in call.keywords} == {
+        "host_devices": "8", "platform": "PLATFORM"}
+    assert "builds meshes of 8 devices" in setup.source
+    assert len(make_notebook(page, None).cells) == 2  # no check: no generated cell

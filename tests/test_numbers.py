@@ -27,6 +27,22 @@ def test_prose_inserts_glued_values(site):
     # display=False values are not outputs of the cell; a displayed one is, once.
     assert page.count("<pre><span></span>'visible'") == 1
     assert '<span class="glued">100</span>' in page
+    # The glue lines are the prose's plumbing: the code shows without them, with a mark.
+    code = "".join(re.findall(r'<div class="cell-input[^"]*">(.*?)</div>\s*</div>', page, re.S))
+    assert "nudge" in code and "glue" not in re.sub(r'<p class="cell-glue-mark">.*?</p>', "",
+                                                    code)
+    assert page.count('<p class="cell-glue-mark">+ 3 glue lines naming values for the text '
+                      '(in the notebook)</p>') == 1
+
+
+def test_glue_lines_leave_the_code_a_reader_reads():
+    from verified.glue_lines import without_glue
+
+    source = ("from myst_nb import glue\nx = 1\nglue('a', x, display=False)\n\n"
+              "for k in range(2):\n    glue(f'k{k}', k,\n         display=False)\n"
+              "for n in range(2):\n    y = n\n    glue(f'n{n}', y)\nprint(x)")
+    assert without_glue(source) == ("x = 1\n\nfor n in range(2):\n    y = n\nprint(x)", 3)
+    assert without_glue("%timeit glue('a', 1)") == ("%timeit glue('a', 1)", 0)
 
 
 def test_report_lists_blocks_compared_with_a_tolerance(site):

@@ -121,6 +121,12 @@ def test_platforms_page_counts_agree_with_the_records(platform_site):
     assert "Pages of several processes (1 block; taught in Several processes)" in text
     assert "Not yet explained" not in text
     assert 'href="index.html#block-line-14"' in page
+    # The same counts as a picture, drawn at build time, and in words for its alt text.
+    chart = re.search(r'<img alt="([^"]*)" class="platforms-chart" src="data:image/png;base64,'
+                      r'iVBOR', page)
+    assert chart and unescape(chart.group(1)) == (
+        "Verdicts per chapter on Stand-in. index: 2 same, 1 differs, 1 varies, 1 fails, "
+        "1 fails after an earlier block, 1 runs there only; multi: 1 not run there")
 
 
 def test_a_chapter_links_a_cause_by_its_label(platform_site):
@@ -279,3 +285,74 @@ def test_a_platform_caps_a_page_s_time_and_leaves_out_other_platforms_blocks():
     assert [block.skip for block in job.for_platform(None).blocks] == [False, True, True]
     shorter = dataclasses.replace(job, settings=DocSettings(budget=60.0))
     assert job_for(shorter, tpu).settings.budget == 60.0  # the page's own, when shorter
+
+
+def test_the_errors_page_lists_every_exception_of_every_record(tmp_path):
+    """By type, with the first message line, where it was raised, a link to the block and
+    its section, and an index entry by type and by message."""
+    from conftest import target_site
+
+    _, _, html = target_site(tmp_path / "site", "errors", "platform")
+    assert html.warning_lines() == []
+    page = html.html("errors")
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    assert "2 exceptions of 2 types: RuntimeError, ZeroDivisionError" in text
+    assert ("UNIMPLEMENTED: the stand-in lacks this op — index, line 17 (§ Where it runs); "
+            "on Stand-in") in text
+    assert ("division by zero — index, line 9 (§ Dividing); on CPU, Stand-in") in text
+    assert 'href="index.html#block-line-9"' in page and 'href="index.html#block-line-17"' in page
+    index = unescape(re.sub(r"<[^>]+>", "", html.html("genindex")))
+    assert "ZeroDivisionError" in index and "division by zero" in index
+
+
+def test_a_second_platform_joins_with_configuration_only(site):
+    """A platform named in conf.py (label, backend, settings) is run by `make platform
+    PLATFORM=name` on its machine, and the captions, the Platforms page and the notebook's
+    check pick its record up with no other change."""
+    import runpy
+
+    from conftest import ROOTS
+    from course.notebook_check import check_data
+    from verified.collect import collect
+    from verified.record import read_record
+    from verified.target_record import read_target_record
+    from verified.targets import parse_platforms
+
+    first = runpy.run_path(str(ROOTS / "test-platform" / "conf.py"))["verified_platforms"]
+    both = {"verified_platforms": [*first, {
+        "name": "stand-in-2", "label": "Stand-in 2", "backend": "cpu",
+        "env": {"VERIFIED_TEST_PLATFORM": "2"}, "no_multiprocess": "no sockets there"}]}
+    copy = site("platform")
+    copy.build("record", fresh=True, confoverrides=both)
+    second = copy.path / "record" / "platform" / "stand-in-2"
+    for name in ("stand-in", "stand-in-2"):  # each on its own machine
+        run = copy.build("platform", fresh=True,
+                         confoverrides={**both, "verified_platform_run": name})
+        assert run.app.statuscode == 0
+        assert (copy.path / "record" / "platform" / name / "index.json").exists()
+        assert second.exists() == (name == "stand-in-2")
+    html = copy.build("html", fresh=True, confoverrides=both)
+    assert html.warning_lines() == []
+    captions = _captions(html.html())
+    assert [c for c in captions if "Stand-in 2" in c] == [
+        *["also verified on Stand-in 2 (same output)"] * 5,
+        "runs on Stand-in 2 (output varies, not compared)"]
+    assert [c for c in captions if "Stand-in 2" not in c][:2] == [
+        "also verified on Stand-in (same output)", "on Stand-in the output differs"]
+    rows = html_table(html.html("platforms"))
+    assert rows["Chapter"][10:] == [f"Stand-in 2: {title}" for title in (
+        "same", "differs", "varies", "fails", "needs more devices",
+        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
+    assert rows["Platform"][10:] == ["5", "0", "1", "0", "0", "0", "0", "0", "0"]
+    # The notebook carries its record, and knows it by its settings.
+    platforms = parse_platforms(both["verified_platforms"], copy.path)
+    blocks = collect("index", copy.path / "index.md", platforms=frozenset(
+        t.name for t in platforms)).job.blocks
+    data = check_data(blocks, read_record(copy.path / "record", "index"),
+                      [(t, read_target_record(copy.path / "record", t, "index"))
+                       for t in platforms], {})
+    second = data["records"][-1]
+    assert (second["name"], second["label"], second["settings"]) == (
+        "stand-in-2", "Stand-in 2", {"VERIFIED_TEST_PLATFORM": "2"})
+    assert [second["blocks"][str(i)]["status"] for i in range(7)] == [
+        "ran", "ran", "ran", "ran", "ran", "skipped", "ran"]  # the first's own block: skipped

@@ -1,25 +1,37 @@
 """Chapter downloads: the source (.md) and a Jupyter notebook with the executed outputs.
 
 The notebook comes from jupytext (the chapter already is a MyST-NB text notebook); its code
-cells are filled with the outputs of this build's execution, so it shows what the page shows.
+cells are filled with the outputs of this build's execution, so it shows what the page shows,
+its prose shows glued values and the course's roles as the page does, and generated cells
+make it check itself where the reader runs it (``notebook_check.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jupytext
 import nbformat
+import yaml
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from verified.model import DocResult, DocSettings
 from verified.driver import page_environment
+from verified.glue import glued_values
 from verified.inject import result_for
+from verified.model import DocResult, DocSettings
+from verified.pages import Cause, parse_causes
 from verified.state import state
 
 from .chapters import ordered
+from .notebook_check import check_data, explained_blocks, helper_cell, setup_cell, totals_cell
+from .notebook_text import Reading, TextContext, render_markdown
+from .readings import registry
 
 logger = logging.getLogger(__name__)
 
@@ -47,53 +59,65 @@ def notebook_outputs(block_result) -> list:
     return outputs
 
 
-SETUP_CELL = """\
-# Generated: the page ran with these settings, which take effect only if they are set before
-# JAX starts. Run this cell first, in a fresh kernel.
-import os
-import sys
+@dataclass
+class NotebookCheck:
+    """What makes a notebook check itself: the page's execution variables (set before JAX
+    starts) and settings, and the data of ``notebook_check.check_data``."""
 
-if "jax" in sys.modules:
-    raise RuntimeError("JAX is already imported: restart the kernel, then run this cell first")
-os.environ.update({variables})"""
-
-
-def setup_cell(environment: dict[str, str]) -> nbformat.NotebookNode:
-    """The first code cell: the execution settings of the page (devices, env), as the
-    engine sets them for its worker (``verified.execute.page_environment``)."""
-    lines = "".join(f"\n    {name!r}: {value!r}," for name, value in sorted(environment.items()))
-    cell = nbformat.v4.new_code_cell(SETUP_CELL.format(variables="{" + lines + "\n}"))
-    cell.metadata["tags"] = ["generated-setup"]
-    return cell
+    environment: dict[str, str]
+    settings: DocSettings
+    data: dict[str, Any]
 
 
-def make_notebook(source: Path, result: DocResult | None,
-                  environment: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """The page as a notebook with this build's outputs; ``environment`` (the page's
-    execution variables) becomes a first cell that sets them. Exercise solutions are left
-    out: the reader fills in the starter and runs the check."""
+def make_notebook(source: Path, result: DocResult | None, check: NotebookCheck | None = None,
+                  text: TextContext | None = None) -> nbformat.NotebookNode:
+    """The page as a notebook with this build's outputs. With ``check``, generated cells
+    make it check itself where it runs (a hidden helper and the set-up cell first, the
+    totals last); with ``text``, the prose shows glued values and the course's roles as the
+    page does. Exercise solutions are left out: the reader fills in the starter and runs the
+    check."""
     notebook = jupytext.read(source, fmt="md:myst")
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for cell, block_result in zip(code_cells, result.blocks if result else []):
         cell.outputs = notebook_outputs(block_result)
         if block_result.status not in ("skipped", "not-run"):
             cell.execution_count = block_result.index + 1
+    failing = {b["index"] for b in check.data["blocks"] if b["fails_somewhere"]} if check else ()
+    for index, cell in enumerate(code_cells):
+        if index in failing:
+            # It raises on a verified platform or version: run-all goes on there too, and
+            # the check line says whether that is what the record holds.
+            _tag(cell, "raises-exception")
     notebook.cells = [cell for cell in notebook.cells if not _has_tag(cell, "exercise-solution")]
     for cell in notebook.cells:
-        if cell.cell_type == "code" and cell.metadata.get("platform"):
-            # A block measured on one platform only (its `:platform:` option) can take minutes,
-            # or fail, elsewhere: run-all skips it; a reader on that platform runs it by hand.
-            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "skip-execution"]
+        if text is not None and cell.cell_type == "markdown":
+            cell.source = render_markdown(cell.source, text)
+        if cell.cell_type == "code" and cell.metadata.get("raises") is not None:
+            # MyST-NB's and Jupyter Book's tag: run-all (nbclient, nbconvert --execute) goes
+            # on past the expected error.
+            _tag(cell, "raises-exception")
+        if cell.cell_type == "code" and cell.metadata.get("platform") and check is None:
+            # Without the check, nothing in the notebook knows where it runs: run-all skips a
+            # block measured on one platform only.
+            _tag(cell, "skip-execution")
         if _has_tag(cell, "exercise-check"):
-            # Without the solution the check tests the reader's starter; run-all (nbclient,
-            # nbconvert --execute) goes on past it, as the reader will.
+            # Without the solution the check tests the reader's starter; run-all goes on
+            # past it, as the reader will.
             cell.outputs = []
             cell.execution_count = None
-            cell.metadata["tags"] = [*cell.metadata["tags"], "raises-exception"]
-    if environment:
+            _tag(cell, "raises-exception")
+    if check is not None:
         first = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
-        notebook.cells.insert(first, setup_cell(environment))
+        notebook.cells[first:first] = [helper_cell(check.data),
+                                       setup_cell(check.environment, check.settings)]
+        notebook.cells.append(totals_cell())
     return notebook
+
+
+def _tag(cell: nbformat.NotebookNode, tag: str) -> None:
+    tags = cell.metadata.setdefault("tags", [])
+    if tag not in tags:
+        tags.append(tag)
 
 
 def _has_tag(cell: nbformat.NotebookNode, tag: str) -> bool:
@@ -101,10 +125,98 @@ def _has_tag(cell: nbformat.NotebookNode, tag: str) -> bool:
 
 
 def page_environment_of(app: Sphinx, docname: str) -> dict[str, str]:
+    """What the engine sets for the page before JAX starts, but the platform."""
     build = state(app)
     found = build.collected.get(docname)
-    settings = found.job.settings if found else DocSettings()
-    return page_environment(settings, build.config.env)
+    return notebook_environment(found.job.settings if found else DocSettings(),
+                                build.config.env)
+
+
+def notebook_environment(settings: DocSettings, configured: dict[str, str]) -> dict[str, str]:
+    """``page_environment`` without the platform (``JAX_PLATFORMS``): the course pins its own
+    runs to the CPU; a reader's notebook runs where it is."""
+    return page_environment(settings, {name: value for name, value in configured.items()
+                                       if name != "JAX_PLATFORMS"})
+
+
+def notebook_check_of(app: Sphinx, docname: str) -> NotebookCheck | None:
+    """The page's blocks and every record of it, from this build's state."""
+    build = state(app)
+    found = build.collect(app.env, docname)
+    if found is None or not found.job.blocks:
+        return None
+    blocks, settings = found.job.blocks, found.job.settings
+    targets = [(target, build.targets.get(target, docname)) for target in build.targets.targets]
+    data = check_data(blocks, build.record_for(docname), targets, build.config.normalizers,
+                      block_causes(app, docname))
+    return NotebookCheck(page_environment_of(app, docname), settings, data)
+
+
+def block_causes(app: Sphinx, docname: str) -> dict[int, str]:
+    """Each block of the page that a cause of the Platforms page explains (its verdicts on
+    the verified platforms, from the records, as that page finds them)."""
+    build = state(app)
+    found = build.collect(app.env, docname)
+    causes, where = platform_causes(app)
+    record = build.record_for(docname)
+    verdicts = [(block, item) for block in found.job.blocks
+                for item in build.targets.verdicts(
+                    docname, block, found.job.blocks,
+                    record.block_for(block) if record else None, found.job.settings,
+                    build.config.platforms)]
+    return explained_blocks(docname, verdicts, causes, where)
+
+
+def platform_causes(app: Sphinx) -> tuple[list[Cause], str]:
+    """The causes the Platforms page names (its ``{platforms-matrix}`` YAML), and its
+    address under ``html_baseurl`` ("" where the site names none)."""
+    for docname in sorted(app.env.found_docs):
+        path = Path(app.env.doc2path(docname))
+        text = path.read_text(encoding="utf-8") if path.suffix == ".md" else ""
+        match = _MATRIX.search(text)
+        if match:
+            try:
+                causes = parse_causes(match.group("body"))
+            except (ValueError, yaml.YAMLError):
+                return [], ""  # the page itself reports it, located
+            base = app.config.html_baseurl
+            where = f"{base.rstrip('/')}/{docname}.html" if base else ""
+            return causes, where
+    return [], ""
+
+
+_MATRIX = re.compile(r"^(?P<fence>`{3,})\{platforms-matrix\}[^\n]*\n(?P<body>.*?)^(?P=fence)",
+                     re.M | re.S)
+
+
+def text_context_of(app: Sphinx, docname: str, result: DocResult | None) -> TextContext:
+    env = app.env
+    labels = {name: title for name, (_, _, title) in env.get_domain("std").labels.items()
+              if title}
+    return TextContext(
+        docname=docname,
+        glued=glued_values(result) if result else {},
+        readings={key: Reading(page.title, page.level, page.url)
+                  for key, page in registry(app).pages.items()},
+        titles={name: title.astext() for name, title in env.titles.items()},
+        labels=labels)
+
+
+def with_platform_outputs(app: Sphinx, docname: str, result: DocResult | None
+                          ) -> DocResult | None:
+    """The page's result with each platform-only block's output taken from that platform's
+    record, as the page shows it (the main run does not run such a block)."""
+    build = state(app)
+    found = build.collect(app.env, docname)
+    if result is None or found is None:
+        return result
+    blocks = list(result.blocks)
+    for block in found.job.blocks:
+        there = build.targets.only_there(docname, block, found.job.blocks) \
+            if block.platform else None
+        if there is not None and block.index < len(blocks):
+            blocks[block.index] = there[2].as_result(block.index)
+    return dataclasses.replace(result, blocks=blocks)
 
 
 def on_build_finished(app: Sphinx, exception) -> None:
@@ -113,9 +225,11 @@ def on_build_finished(app: Sphinx, exception) -> None:
     target = Path(app.outdir, "_downloads", "chapters")
     for chapter in ordered(app.env):
         source = Path(app.env.doc2path(chapter.docname))
+        result = with_platform_outputs(app, chapter.docname,
+                                       result_for(app, chapter.docname))
         try:
-            notebook = make_notebook(source, result_for(app, chapter.docname),
-                                     page_environment_of(app, chapter.docname))
+            notebook = make_notebook(source, result, notebook_check_of(app, chapter.docname),
+                                     text_context_of(app, chapter.docname, result))
         except Exception as err:  # jupytext refuses the page: say where, build the rest
             logger.warning(f"no notebook download: jupytext cannot read the page: {err}",
                            location=(chapter.docname, 1), type="course", subtype="download")

@@ -19,7 +19,9 @@ The pipeline, one module per phase:
     builders.py   the builders that execute instead of publishing: ``doctest``, ``record``,
                   and for the targets ``matrix``, ``matrix-doctest``, ``platform`` and
                   ``platform-doctest``
-    pages.py      the generated Versions and Platforms pages
+    pages.py      the generated Versions and Platforms pages (verdict_chart.py: their
+                  picture); errors_page.py  the generated Errors page
+    selfcheck.py  run in a reader's kernel: a chapter notebook's check of every cell
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from . import config, glue, inject, pages, report, schedule, state
+from . import config, errors_page, glue, inject, pages, report, schedule, state
 from .builders import (MatrixDoctestBuilder, MatrixRecordBuilder, PlatformDoctestBuilder,
                        PlatformRecordBuilder, RecordBuilder, VerifiedDoctestBuilder,
                        check_targets)
@@ -65,6 +67,7 @@ def setup(app: Sphinx) -> dict:
         app.add_builder(builder)
     app.add_directive("versions-matrix", pages.VersionsMatrix)
     app.add_directive("platforms-matrix", pages.PlatformsMatrix)
+    app.add_directive("errors-index", errors_page.ErrorsIndex)
     app.connect("env-get-outdated", pages.generated_outdated)
     app.connect("builder-inited", state.on_builder_inited)
     app.connect("builder-inited", check_targets, priority=600)

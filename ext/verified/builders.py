@@ -245,6 +245,8 @@ class _TargetBuilder(_PagelessBuilder):
             targets, option = build.config.matrix, "verified_matrix"
         else:
             targets, option = build.config.platforms, "verified_platforms"
+            if build.config.platform_run:  # `make platform PLATFORM=name`: that one here
+                targets = tuple(t for t in targets if t.name in build.config.platform_run)
         if not targets:
             logger.warning(f"{option} names nothing to run", type="verified", subtype="target")
         for target in targets:

@@ -35,6 +35,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     # The verified platforms (`make platform`): "tpu-v5e", or {"name": ..., "label": ...,
     # "backend": ..., ...} (targets.py). Each runs every page with this JAX on that platform.
     "verified_platforms": ([], "env", (list, tuple)),
+    # `make platform` and `make platform-doctest` only: the verified platforms to run here
+    # (names, `-D verified_platform_run=a,b`); empty means every one of them.
+    "verified_platform_run": ([], "", (list, tuple, str)),
     # {page: [a piece of a block's source, ...]}: blocks whose output varies on the other
     # versions only; the matrix checks that they run, not what they print.
     "verified_matrix_varies": ({}, "env", (dict,)),
@@ -58,6 +61,7 @@ class ExecutionConfig:
     pages: frozenset[str] = frozenset()
     matrix: tuple = ()  # targets.Target, one per other verified version
     platforms: tuple = ()  # targets.Target, one per verified platform
+    platform_run: frozenset[str] = frozenset()  # the platforms `make platform` runs (all: empty)
     matrix_varies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     worker_cores: int = 0
 
@@ -104,6 +108,9 @@ def validate(app: Sphinx) -> ExecutionConfig:
 
     confdir = Path(app.confdir)
     build_root = Path(app.outdir).parent
+    platforms = _targets("verified_platforms", parse_platforms, config.verified_platforms,
+                         confdir)
+    platform_run = _platform_run(config.verified_platform_run, platforms)
     return ExecutionConfig(
         timeout=float(timeout),
         jobs=jobs or usable_cores(),
@@ -116,11 +123,23 @@ def validate(app: Sphinx) -> ExecutionConfig:
         normalizers=_validate_normalizers(config.verified_normalizers),
         pages=frozenset(pages),
         matrix=_targets("verified_matrix", parse_versions, config.verified_matrix, confdir),
-        platforms=_targets("verified_platforms", parse_platforms, config.verified_platforms,
-                           confdir),
+        platforms=platforms,
+        platform_run=platform_run,
         matrix_varies=_matrix_varies(config.verified_matrix_varies),
         worker_cores=worker_cores,
     )
+
+
+def _platform_run(value: Any, platforms: tuple) -> frozenset[str]:
+    """The platforms a platform run runs: names of verified platforms (a comma-separated
+    string on the command line)."""
+    if isinstance(value, str):
+        value = [name for name in value.split(",") if name]
+    known = {target.name for target in platforms}
+    if not isinstance(value, (list, tuple)) or not all(name in known for name in value):
+        raise ConfigError(f"verified_platform_run must name verified platforms "
+                          f"({', '.join(sorted(known)) or 'none'}), got {value!r}")
+    return frozenset(value)
 
 
 def _matrix_varies(value: Any) -> dict[str, tuple[str, ...]]:

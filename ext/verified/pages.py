@@ -21,6 +21,7 @@ from sphinx.util.docutils import SphinxDirective
 from .model import Block
 from .state import state
 from .targets import Target
+from .verdict_chart import data_uri, describe, stacked_bars
 from .verdict import (DEPENDS, DIFFERS, FAILS, NEEDS_DEVICES, NOT_THERE, ONLY_THERE, RUNS, SAME,
                       UNVERIFIED, VERDICTS, Verdict, block_label)
 
@@ -335,7 +336,19 @@ class PlatformsMatrix(_VerdictPage):
             text = "No platform is verified (verified_platforms is empty)."
             return [nodes.paragraph(text, text)]
         pages = page_verdicts(build, self.env, platforms)
-        return [self._table(pages, platforms), *self._causes(pages, platforms, causes)]
+        charts = self._charts(pages, platforms) if self._reader_build() else []
+        return [self._table(pages, platforms), *charts, *self._causes(pages, platforms, causes)]
+
+    def _charts(self, pages: list[PageVerdicts], platforms) -> list[nodes.Node]:
+        """The table as a picture: a chapter's verdicts on a platform as one stacked bar."""
+        charts = []
+        for platform in platforms:
+            rows = [(page.docname, page.counts(platform.name)) for page in pages]
+            title = f"Verdicts per chapter on {platform.label}"
+            png = stacked_bars(rows, self.columns, title)
+            charts.append(nodes.image(uri=data_uri(png), alt=describe(rows, self.columns, title),
+                                      classes=["platforms-chart"]))
+        return charts
 
     def _causes(self, pages, platforms, causes: list[Cause]) -> list[nodes.Node]:
         out: list[nodes.Node] = []
@@ -435,7 +448,7 @@ class PlatformsMatrix(_VerdictPage):
         return item
 
 
-GENERATED = ("{versions-matrix}", "{platforms-matrix}")
+GENERATED = ("{versions-matrix}", "{platforms-matrix}", "{errors-index}")
 
 
 def generated_outdated(app, env, added, changed, removed) -> list[str]:

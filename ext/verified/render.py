@@ -20,6 +20,7 @@ from .model import (
     Environment,
     Output,
 )
+from .glue_lines import without_glue
 from .record import Comparison, RecordedBlock, comparable_text
 
 API_NOTE_CATEGORIES = ("DeprecationWarning", "FutureWarning", "PendingDeprecationWarning")
@@ -155,9 +156,14 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         return cell
 
     if "remove-input" not in tags:
-        code = _literal(block.source, ["cell-code"], language="python")
+        shown, glued = without_glue(block.source)
         code_box = nodes.container(classes=["cell-input"])
-        code_box += code
+        if shown.strip():
+            code_box += _literal(shown, ["cell-code"], language="python")
+        if glued:
+            note = (f"+ {glued} glue line{'s' if glued != 1 else ''} naming values for the "
+                    f"text (in the notebook)")
+            code_box += nodes.paragraph(note, note, classes=["cell-glue-mark"])
         cell += folded("Show code", "hide-input", code_box) if "hide-input" in tags else code_box
 
     if result.status == SKIPPED and "exercise-starter" in tags:

@@ -1,0 +1,204 @@
+"""What a chapter notebook carries to check itself (``verified/selfcheck.py`` runs it).
+
+Three generated cells: a hidden helper that holds the engine's own comparison modules, read
+from their files at build time (one comparison to maintain), and the page's blocks and
+records; the set-up cell; and a last cell with the totals. Nothing here runs in the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+import verified
+from verified.model import FAILED, Block, DocSettings, Output
+from verified.pages import Cause, PlatformsMatrix
+from verified.record import Record, source_digest
+from verified.target_record import FAILED_BECAUSE, NOT_RUN_THERE, TargetRecord
+from verified.targets import PLATFORM, Target
+from verified.verdict import Verdict
+
+# The modules the kernel needs, in import order: the engine's comparison and the check.
+# They import only the standard library, IPython and each other (a test holds them to it).
+MODULES = ("tolerance", "model", "record", "selfcheck")
+MARK = "# course-check"
+CPU_LABEL = "CPU"
+
+
+def module_sources() -> list[tuple[str, str]]:
+    folder = Path(verified.__file__).parent
+    return [(name, (folder / f"{name}.py").read_text(encoding="utf-8")) for name in MODULES]
+
+
+def _outputs(outputs: list[Output], keep_images: bool = False) -> list[dict]:
+    """Outputs as the check compares them: images by a marker (they compare as being one),
+    unless the notebook shows them (a platform-only block elsewhere)."""
+    return [{"kind": o.kind, "text": o.text, "name": o.name,
+             "data": {mime: (value if keep_images else "image")
+                      for mime, value in o.data.items() if mime.startswith("image/")}}
+            for o in outputs]
+
+
+def _recorded(block) -> dict:
+    return {"status": block.status, "outputs": _outputs(block.outputs),
+            "warnings": [{"category": w.category, "message": w.message}
+                         for w in block.warnings]}
+
+
+def check_data(blocks: tuple[Block, ...], main: Record | None,
+               targets: list[tuple[Target, TargetRecord | None]],
+               normalizers: dict[str, tuple[tuple[str, str], ...]],
+               causes: dict[int, str] | None = None) -> dict[str, Any]:
+    """The page's blocks (what the comparison needs of each) and every record it has: the
+    main (CPU) record, each older version's and each platform's, each block as that run
+    verified it now (a block edited since, or after an edit, is left out: not yet verified)."""
+    causes = causes or {}
+    records = []
+    if main is not None:
+        records.append({"name": "cpu", "label": CPU_LABEL, "backend": "cpu", "device_kind": "",
+                        "jax": main.environment.jax or "", "date": main.environment.date,
+                        "blocks": {str(b.index): _recorded(main.block_for(b)) for b in blocks
+                                   if main.block_for(b) is not None}})
+    elsewhere: dict[str, list[dict]] = {}
+    fails: set[int] = set()  # blocks that raise on some target, unasked
+    for target, record in targets:
+        if record is None:
+            continue
+        verified_blocks = {}
+        for block in blocks:
+            there = record.verified_for(block, blocks)
+            if there is None or there.status == NOT_RUN_THERE:
+                continue
+            if there.status in (FAILED, FAILED_BECAUSE):
+                fails.add(block.index)
+            if block.platform == target.name:
+                elsewhere[str(block.index)] = _outputs(there.outputs, keep_images=True)
+            verified_blocks[str(block.index)] = _recorded(there)
+        platform = target.kind == PLATFORM
+        records.append({"name": target.name, "label": target.label if platform else CPU_LABEL,
+                        "backend": target.backend if platform else "cpu",
+                        "device_kind": target.device_kind if platform else "",
+                        "jax": record.environment.jax or "", "date": record.environment.date,
+                        "blocks": verified_blocks,
+                        "settings": {name: value for name, value in target.env
+                                     if platform and name != "JAX_PLATFORMS"}})
+    return {
+        "blocks": [{"index": b.index, "line": b.line, "digest": source_digest(b.source),
+                    "raises": b.raises, "skip": b.skip, "tags": list(b.tags),
+                    "varies": b.varies, "normalize": list(b.normalize),
+                    "tolerance": (None if b.tolerance is None else
+                                  {"rtol": b.tolerance.rtol, "atol": b.tolerance.atol,
+                                   "integers": b.tolerance.integers}),
+                    "platform": b.platform,
+                    "exercise": any(t.startswith("exercise-") for t in b.tags),
+                    "fails_somewhere": b.index in fails,
+                    "cause": causes.get(b.index, "")} for b in blocks],
+        "records": records,
+        "elsewhere": elsewhere,
+        "normalizers": {name: [list(rule) for rule in rules]
+                        for name, rules in normalizers.items()},
+        "platforms": {t.name: t.label for t, _ in targets if t.kind == PLATFORM},
+    }
+
+
+def explained_blocks(docname: str, verdicts: list[tuple[Block, Verdict]], causes: list[Cause],
+                     where: str) -> dict[int, str]:
+    """The cause (title, and where it is on the site) of each block that differs or fails on
+    a platform, as the Platforms page groups it (``where``: that page's address, or "")."""
+    explained: dict[int, str] = {}
+    for block, item in verdicts:
+        if item.kind not in PlatformsMatrix.EXPLAINED or block.index in explained:
+            continue
+        cause = next((c for c in causes if c.explains(docname, block, item)), None)
+        if cause is not None:
+            explained[block.index] = (f"{cause.title} ({where}#cause-{cause.key})" if where
+                                      else f"{cause.title} (the Platforms page)")
+    return explained
+
+
+HELPER = '''\
+{mark}: the notebook's own check (generated; run it first, it changes nothing else).
+# It holds the course engine's comparison ({names}) and this page's records, so that every
+# cell's output is compared with the record of the platform it runs on.
+
+
+def _course_check_load(sources, data):
+    import json, linecache, sys, types
+
+    if "course_check.selfcheck" in sys.modules:  # run again: the old check goes first
+        sys.modules["course_check.selfcheck"].uninstall()
+    package = types.ModuleType("course_check")
+    package.__path__ = []
+    sys.modules["course_check"] = package
+    for name, source in sources:
+        module = types.ModuleType(f"course_check.{{name}}")
+        module.__package__ = "course_check"
+        filename = module.__file__ = f"<course_check/{{name}}.py>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        sys.modules[module.__name__] = module
+        exec(compile(source, filename, "exec"), module.__dict__)
+        setattr(package, name, module)
+    package.selfcheck.install(json.loads(data))
+
+
+_course_check_load(
+    {sources},
+    {data},
+)
+del _course_check_load'''
+
+
+def helper_cell(data: dict[str, Any]) -> nbformat.NotebookNode:
+    sources = module_sources()
+    listed = "[\n" + "".join(f"        ({name!r}, {source!r}),\n" for name, source in sources) \
+        + "    ]"
+    cell = nbformat.v4.new_code_cell(HELPER.format(
+        mark=MARK, names=", ".join(f"{name}.py" for name, _ in sources), sources=listed,
+        data=repr(json.dumps(data, ensure_ascii=False, sort_keys=True))))
+    cell.metadata["tags"] = ["generated-check", "hide-input"]
+    cell.metadata["jupyter"] = {"source_hidden": True}
+    return cell
+
+
+SETUP = '''\
+{mark}: set-up (generated). Run it first, in a fresh kernel.
+# The page ran with these settings; they take effect only if set before JAX starts.{why}
+# It then says which platform JAX found here and which record the cells are compared with.
+PLATFORM = None  # None: the platform JAX picks here; "cpu": the host CPU{cpu_note}
+import course_check.selfcheck
+
+course_check.selfcheck.setup({variables}, host_devices={devices}, platform=PLATFORM)'''
+
+
+def setup_cell(environment: dict[str, str], settings: DocSettings) -> nbformat.NotebookNode:
+    """The set-up cell: the variables the engine sets for the page before JAX starts
+    (``verified.driver.page_environment``), the reader's choice of platform, the check."""
+    lines = "".join(f"\n    {name!r}: {value!r}," for name, value in sorted(environment.items()))
+    why = ""
+    if settings.host_devices:
+        why = (f"\n# The page builds meshes of {settings.host_devices} devices: on a CPU, XLA "
+               f"then makes {settings.host_devices} host devices\n# (XLA_FLAGS), as the course's "
+               f"own run did.")
+    cell = nbformat.v4.new_code_cell(SETUP.format(
+        mark=MARK, why=why, variables="{" + lines + "\n}" if lines else "{}",
+        devices=settings.host_devices,
+        cpu_note=", as the course's CPU record was made"))
+    cell.metadata["tags"] = ["generated-setup"]
+    return cell
+
+
+TOTALS = f'''\
+{MARK}: totals (generated): every cell's verdict, counted.
+import course_check.selfcheck
+
+course_check.selfcheck.totals()'''
+
+
+def totals_cell() -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(TOTALS)
+    cell.metadata["tags"] = ["generated-totals"]
+    return cell
+
