@@ -92,7 +92,7 @@ def test_a_collective_one_process_never_joins_is_stopped_at_the_time_limit(site)
     assert build.app.statuscode == 1
     assert error_heads(build) == [
         "hang.md:24: ERROR: code-cell failed: process 0: timed out after 4 s (the block's "
-        "time limit); it had not finished the block (process 1 had finished it: a collective "
+        "time limit, :timeout: 4); it had not finished the block (process 1 had finished it: a collective "
         "waiting for a peer that never joins it hangs like this); all 2 processes were stopped"]
     assert "process 0 waits in the sum" in build.warnings
     assert elapsed < 60  # bounded by the block's limit, not by JAX's own (minutes) timeouts

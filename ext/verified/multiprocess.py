@@ -44,6 +44,7 @@ from .driver import (
     start_limits,
     worker_env,
 )
+from . import stop
 from .gate import BlockGate
 from .model import (
     EXPECTED_ERROR,
@@ -176,12 +177,14 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
     gate.acquire(exclusive=False)
     held: bool | None = False
     try:
+        stop.check()  # an interrupted build starts no page
         workers = _start(job, scratch, workdir, extra_env, count, cores, python,
                          collective_flags)
     except BaseException:
         gate.release(held)
         raise
     group = workers[0].popen.pid
+    stop.started(group)
     selector = selectors.DefaultSelector()
     for worker in workers:
         selector.register(worker.events, selectors.EVENT_READ, worker)
@@ -269,6 +272,7 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         raise
     finally:
         selector.close()
+        stop.ended(group)
 
     if all(w.done for w in workers):
         # Finished: give jax.distributed's shutdown a moment, then end the group regardless.
