@@ -20,6 +20,11 @@ The pipeline, one module per phase:
                   and for the targets ``matrix``, ``matrix-doctest``, ``platform`` and
                   ``platform-doctest``
     pages.py      the generated Versions and Platforms pages
+
+Around them: align.py matches a page's blocks with a record by source; stop.py ends every
+worker when the build is interrupted; hang.py speaks of a long block and shows where a
+stopped one was; locate.py puts a syntax error at its line; mistakes.py turns a user's
+mistake into one line; steady.py keeps the stored configuration conf.py's.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from . import config, glue, inject, pages, report, schedule, state
+from . import config, glue, inject, pages, report, schedule, state, steady
 from .builders import (MatrixDoctestBuilder, MatrixRecordBuilder, PlatformDoctestBuilder,
                        PlatformRecordBuilder, RecordBuilder, VerifiedDoctestBuilder,
                        check_targets)
@@ -49,6 +54,7 @@ def _copy_static(app: Sphinx, exception) -> None:
 
 def setup(app: Sphinx) -> dict:
     config.register(app)
+    steady.setup(app)
     app.add_directive("code-cell", CodeCellDirective)
     app.add_node(code_cell)
     app.add_node(glue.glue_ref)
