@@ -165,6 +165,17 @@ def test_code_edit_reexecutes_only_that_page(site):
                         ("other", "expected-error")}
 
 
+def test_switching_back_to_earlier_code_executes_nothing(site):
+    """The cache keeps a few results per page: another branch's code, then back."""
+    copy = site("basic")
+    copy.build()
+    copy.edit("other.md", "value = 7", "value = 8")
+    assert "executed other" in copy.build().status
+    copy.edit("other.md", "value = 8", "value = 7")
+    back = copy.build()
+    assert "executing" not in back.status and "<pre><span></span>42\n" in back.html("other")
+
+
 def test_corrupt_cache_entry_is_rerun(site):
     copy = site("basic")
     copy.build()
@@ -214,6 +225,10 @@ def test_record_then_doctest_passes(site):
     recorded = copy.build("record", fresh=True)
     assert recorded.app.statuscode == 0
     assert (copy.path / "record" / "index.json").exists() and (copy.path / "record" / "other.json").exists()
+    written = re.findall(r"^wrote (\S+) \((\d+) blocks; its captions now name this machine\)$",
+                         recorded.status, re.M)
+    assert sorted((path.rsplit("/", 2)[-2:], count) for path, count in written) == [
+        (["record", "index.json"], "10"), (["record", "other.json"], "2")]
     checked = copy.build("doctest", fresh=True)
     assert checked.app.statuscode == 0
     output = (checked.outdir / "output.txt").read_text()

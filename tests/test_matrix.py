@@ -103,6 +103,9 @@ def test_matrix_record_statuses(matrix_site):
         "ran", "ran", "ran", "ran", "failed", FAILED_BECAUSE, "failed", "ran"]
     assert data["blocks"][4]["error"] == "AttributeError: module 'fake' has no attribute 'renamed'"
     assert data["blocks"][5]["because"] == 4
+    # The run names each file it wrote.
+    assert re.search(rf"^wrote \S*record/matrix/{VERSION_DIR}/index\.json \(8 blocks\)$",
+                     matrix.status, re.M)
     assert data["blocks"][6]["error"] == "NameError: name 'never_defined' is not defined"
     report = json.loads((copy.path / "_build" / "matrix" / "execution-report.json").read_text())
     assert {row["target"] for row in report["blocks"]} == {"0.0-old"}
