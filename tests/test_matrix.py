@@ -167,7 +167,7 @@ def test_edits_after_the_matrix_run(matrix_site):
     # The edited block, and every block after it (it starts from another state), await the
     # next matrix run; the block before it keeps its verdict.
     assert _captions(page) == ["also verified on jax 0.0-old (same output)",
-                               "not yet verified on jax 0.0-old: this block changed since the "
+                               "not yet verified on jax 0.0-old: this block is new or edited since the "
                                "jax 0.0-old run",
                                *["not yet verified on jax 0.0-old: an earlier block changed "
                                  "since the jax 0.0-old run"] * 6]

@@ -141,7 +141,7 @@ def test_edits_after_the_platform_run(platform_site):
     page = copy.build("html").html()
     assert _captions(page) == ["also verified on Stand-in (same output)",
                                "on Stand-in the output differs",
-                               "not yet verified on Stand-in: this block changed since the "
+                               "not yet verified on Stand-in: this block is new or edited since the "
                                "Stand-in run",
                                *["not yet verified on Stand-in: an earlier block changed since "
                                  "the Stand-in run"] * 3]

@@ -133,7 +133,7 @@ def why_unverified(block: Block, blocks: tuple[Block, ...], record: TargetRecord
                   [recorded.source_sha256 for recorded in record.blocks])
     if block.index in there:
         return f"an earlier block changed since the {target.label} run"
-    return f"this block changed since the {target.label} run"
+    return f"this block is new or edited since the {target.label} run"
 
 
 def as_on_target(config, docname: str, block: Block, target: Target) -> Block:
