@@ -20,7 +20,7 @@ from .model import DocJob, DocSettings, Environment, Output
 
 WORKER = Path(__file__).with_name("worker.py")
 AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
-PARENT_VARIABLE = "VERIFIED_PARENT"  # likewise: the build's pid, which the worker outlives not
+PARENT_VARIABLE = "VERIFIED_PARENT"  # likewise: the build's pid; the worker ends with it
 STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
 # Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
 # and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.

@@ -388,10 +388,10 @@ def pin_to_cores() -> None:
 
 
 def end_with_parent(parent: int) -> None:
-    """Ends this interpreter, and what its page started (its process group), when the build
-    that started it ends, however it ends (killed, say): on Linux the kernel kills it at
-    once (the parent-death signal); a thread watching the parent's pid then ends the group,
-    and is the whole mechanism elsewhere."""
+    """Ends this interpreter when the build that started it ends, however it ends (killed,
+    say), so that no page keeps a core busy for later builds: on Linux the kernel kills it at
+    once (the parent-death signal); a thread watching the parent's pid is the fallback, and
+    ends the page's process group (it and what it started)."""
     if not parent:
         return
     if sys.platform.startswith("linux"):
