@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 
 from verified.align import align, cell_names
-from verified.model import Block
+from verified.model import Block, Environment
 from verified.record import Record, RecordedBlock, source_digest
-from verified.model import Environment
 
 INSERTED = """
 ```{code-cell} python
