@@ -123,3 +123,42 @@ def test_the_default_limit_names_its_setting():
         "timed out after 1 s (the block's time limit, verified_timeout = 1 in conf.py; a block "
         "may set :timeout:, a page execution: {timeout: ...})")
     assert "  Cell [1], line 2, in <module>\n    time.sleep(30)" in result.blocks[0].failure
+
+
+# A stand-in for a worker, with the parent-death signal left out (as where there is none):
+# the watch on its parent's pid alone must end it and what it started.
+_WATCHED = """
+import importlib.util, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("worker", sys.argv[1])
+worker = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(worker)
+sys.platform = "elsewhere"
+worker.end_with_parent(int(sys.argv[2]))
+child = subprocess.Popen(["sleep", "600"])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+_PARENT = """
+import os, subprocess, sys, time
+watched = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2], str(os.getpid())],
+                           start_new_session=True, stdout=subprocess.PIPE, text=True)
+print(watched.pid, watched.stdout.readline().strip(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_without_the_parent_death_signal_the_watch_ends_the_page():
+    from verified.driver import WORKER
+
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _WATCHED, str(WORKER)],
+                              stdout=subprocess.PIPE, text=True)
+    pids = [int(pid) for pid in parent.stdout.readline().split()]
+    try:
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        parent.kill()
+        parent.wait()
+        assert _gone_within(pids, 5.0), "the page outlived its parent without the signal"
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
