@@ -77,18 +77,25 @@ def test_failures_are_located_and_the_others_still_run(site):
     assert build.app.statuscode == 1
     heads = [line for line in error_heads(build)]
     assert heads == [
-        "budget.md:13: ERROR: code-cell failed: timed out after 1.5 s (the document's time budget) [verified.block-failed]",
+        "budget.md:13: ERROR: code-cell failed: timed out after 1.5 s (the document's time budget)",
         "crash.md:3: ERROR: code-cell failed: the interpreter exited with status 3",
+        # A follow-on error comes after its cause, and says so.
+        "glued.md:3: ERROR: code-cell failed: expected KeyError, but the block raised IndexError",
+        "glued.md:14: ERROR: glue 'n_items': no value: the page stopped at its failed block (line 3, reported above) before any block glued it [verified.glue]",
         "noraise.md:3: ERROR: code-cell failed: expected ValueError, but the block raised nothing [verified.block-failed]",
         "segfault.md:3: ERROR: code-cell failed: the interpreter crashed (SIGSEGV)",
-        "syntax.md:3: ERROR: code-cell failed: the block raised SyntaxError",
-        "timeout.md:7: ERROR: code-cell failed: timed out after 1 s (the block's time limit)",
+        # At the offending line, not at the fence (line 3).
+        "syntax.md:7: ERROR: code-cell failed: the block raised SyntaxError",
+        "timeout.md:7: ERROR: code-cell failed: timed out after 1 s (the block's time limit, :timeout: 1)",
         "undeclared.md:7: ERROR: code-cell failed: the block raised KeyError",
         "wrongtype.md:3: ERROR: code-cell failed: expected KeyError, but the block raised IndexError",
     ]
     assert "KeyError: &#39;missing&#39;" in build.warnings.replace("'", "&#39;")
     assert "--- captured stdout ---\npartial output" in build.warnings
     assert "--- captured stdout ---\nsleeping" in build.warnings
+    # Where the limit found it: its stack, the page's frames with their code.
+    assert ("where it was (most recent call first):\n  Cell [2], line 3, in <module>\n"
+            "    time.sleep(30)") in build.warnings
     assert "this page still runs" in build.html("fine")
     undeclared = build.html("undeclared")
     assert "partial output" in undeclared and "This block failed: the block raised KeyError" in undeclared
@@ -187,6 +194,17 @@ def test_a_page_edited_during_the_build_is_reported_and_read_again(site, monkeyp
     assert "edited while the build ran" in after.html() and "hello from stdout" in after.html()
 
 
+def test_switching_back_to_earlier_code_executes_nothing(site):
+    """The cache keeps a few results per page: another branch's code, then back."""
+    copy = site("basic")
+    copy.build()
+    copy.edit("other.md", "value = 7", "value = 8")
+    assert "executed other" in copy.build().status
+    copy.edit("other.md", "value = 8", "value = 7")
+    back = copy.build()
+    assert "executing" not in back.status and "<pre><span></span>42\n" in back.html("other")
+
+
 def test_corrupt_cache_entry_is_rerun(site):
     copy = site("basic")
     copy.build()
@@ -236,6 +254,10 @@ def test_record_then_doctest_passes(site):
     recorded = copy.build("record", fresh=True)
     assert recorded.app.statuscode == 0
     assert (copy.path / "record" / "index.json").exists() and (copy.path / "record" / "other.json").exists()
+    written = re.findall(r"^wrote (\S+) \((\d+) blocks; its captions now name this machine\)$",
+                         recorded.status, re.M)
+    assert sorted((path.rsplit("/", 2)[-2:], count) for path, count in written) == [
+        (["record", "index.json"], "10"), (["record", "other.json"], "2")]
     checked = copy.build("doctest", fresh=True)
     assert checked.app.statuscode == 0
     output = (checked.outdir / "output.txt").read_text()
@@ -272,7 +294,7 @@ def test_doctest_flags_unrecorded_blocks(site):
     copy.build("record", fresh=True)
     copy.edit("other.md", "value = 7", "value = 8")
     output = (copy.build("doctest", fresh=True).outdir / "output.txt").read_text()
-    assert "other.md:9: not in the verified record" in output
+    assert "other.md:9: new block, not in the verified record" in output
 
 
 def test_drift_caption_shows_the_verified_output(site):

@@ -28,13 +28,25 @@ def test_store_then_load(tmp_path):
     assert not list(tmp_path.glob(".tmp-*")), "temporary files are renamed into place"
 
 
-def test_a_new_key_replaces_the_old_entry(tmp_path):
+def test_a_page_keeps_its_few_most_recently_used_entries(tmp_path):
+    """Switching to another branch and back finds the page's result still there."""
+    import os
+    import time
+
+    from verified.cache import KEEP
+
     cache = ExecutionCache(tmp_path)
     cache.store(result("k1"))
     cache.store(result("k2"))
-    assert cache.load("part/page", "k1") is None
-    assert cache.load("part/page", "k2") is not None
-    assert len(list(tmp_path.glob("*.json"))) == 1
+    assert cache.load("part/page", "k1") is not None and cache.load("part/page", "k2") is not None
+    for number, key in enumerate([f"k{n}" for n in range(1, KEEP + 1)]):
+        cache.store(result(key))
+        entry = next(tmp_path.glob(f"*.{key}.json"))
+        os.utime(entry, (time.time() - 100 + number, time.time() - 100 + number))
+    cache.load("part/page", "k1")  # the oldest, used again: it stays
+    cache.store(result("k9"))
+    kept = sorted(path.name.split(".")[1] for path in tmp_path.glob("*.json"))
+    assert kept == ["k1", *[f"k{n}" for n in range(3, KEEP + 1)], "k9"]
 
 
 def test_failed_runs_are_not_cached(tmp_path):

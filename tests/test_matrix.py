@@ -103,6 +103,9 @@ def test_matrix_record_statuses(matrix_site):
         "ran", "ran", "ran", "ran", "failed", FAILED_BECAUSE, "failed", "ran"]
     assert data["blocks"][4]["error"] == "AttributeError: module 'fake' has no attribute 'renamed'"
     assert data["blocks"][5]["because"] == 4
+    # The run names each file it wrote.
+    assert re.search(rf"^wrote \S*record/matrix/{VERSION_DIR}/index\.json \(8 blocks\)$",
+                     matrix.status, re.M)
     assert data["blocks"][6]["error"] == "NameError: name 'never_defined' is not defined"
     report = json.loads((copy.path / "_build" / "matrix" / "execution-report.json").read_text())
     assert {row["target"] for row in report["blocks"]} == {"0.0-old"}
@@ -164,7 +167,10 @@ def test_edits_after_the_matrix_run(matrix_site):
     # The edited block, and every block after it (it starts from another state), await the
     # next matrix run; the block before it keeps its verdict.
     assert _captions(page) == ["also verified on jax 0.0-old (same output)",
-                               *["not yet verified on jax 0.0-old"] * 7]
+                               "not yet verified on jax 0.0-old: this block is new or edited since the "
+                               "jax 0.0-old run",
+                               *["not yet verified on jax 0.0-old: an earlier block changed "
+                                 "since the jax 0.0-old run"] * 6]
     rows = html_table(copy.build("html").html("versions"))
     assert rows["Matrix"][6] == "7"
     assert rows["Matrix"][7] == "?"

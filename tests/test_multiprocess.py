@@ -85,16 +85,24 @@ def test_a_raise_in_one_process_fails_the_block_naming_it(site):
 
 
 @pytest.mark.jax
-def test_a_collective_one_process_never_joins_is_stopped_at_the_time_limit(site):
+def test_a_collective_one_process_never_joins_is_stopped_at_the_time_limit(site, monkeypatch):
+    import verified.hang as hang
+
+    monkeypatch.setattr(hang, "SLOW_NOTICE", 1.5)  # a minute, on the page's scale
     started = time.monotonic()
     build = build_only(site("multiprocess"), "hang")
     elapsed = time.monotonic() - started
     assert build.app.statuscode == 1
+    assert "hang.md:24: a block still running after " in build.status
     assert error_heads(build) == [
         "hang.md:24: ERROR: code-cell failed: process 0: timed out after 4 s (the block's "
-        "time limit); it had not finished the block (process 1 had finished it: a collective "
+        "time limit, :timeout: 4); it had not finished the block (process 1 had finished it: a collective "
         "waiting for a peer that never joins it hangs like this); all 2 processes were stopped"]
     assert "process 0 waits in the sum" in build.warnings
+    # Where the stopped process was: in the collective, called from the block's line 3.
+    assert "process 0: where it was (most recent call first):\n" in build.warnings
+    assert ("  Cell [2], line 3, in <module>\n    jax.jit(jnp.sum)(x).block_until_ready()"
+            in build.warnings)
     assert elapsed < 60  # bounded by the block's limit, not by JAX's own (minutes) timeouts
 
 

@@ -104,9 +104,9 @@ def test_a_partial_record_keeps_the_other_pages(site, pages):
 
 
 def test_an_unknown_page_is_refused(site):
-    from sphinx.errors import ConfigError
+    from verified.mistakes import UserMistake
 
-    with pytest.raises(ConfigError, match="verified_pages: no such page"):
+    with pytest.raises(UserMistake, match=r"^no page 'nope' \(PAGES names pages as "):
         site("basic").build("doctest", fresh=True, confoverrides={"verified_pages": ["nope"]})
 
 

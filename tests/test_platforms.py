@@ -13,7 +13,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from sphinx.errors import SphinxError
+from verified.mistakes import UserMistake
 
 from conftest import html_table
 from verified.model import Block, DocSettings, Environment, Output
@@ -147,7 +147,10 @@ def test_edits_after_the_platform_run(platform_site):
     page = copy.build("html").html()
     assert _captions(page) == ["also verified on Stand-in (same output)",
                                "on Stand-in the output differs",
-                               *["not yet verified on Stand-in"] * 4]
+                               "not yet verified on Stand-in: this block is new or edited since the "
+                               "Stand-in run",
+                               *["not yet verified on Stand-in: an earlier block changed since "
+                                 "the Stand-in run"] * 3]
     assert "runs on Stand-in only, and is not yet verified there" in page
     # A page that does not run there is known not to from what it is, edited or not.
     assert _captions(copy.build("html").html("multi")) == [
@@ -180,9 +183,12 @@ def test_platform_doctest_passes_then_catches_a_change(site):
 
 def test_a_platform_run_stops_at_once_where_the_platform_is_absent(site):
     copy = site("platform")
-    with pytest.raises(SphinxError, match=r"TPU v5e is not here: JAX here sees no TPU "
-                                          r"\(RuntimeError: Unable to initialize backend 'tpu'"):
+    with pytest.raises(UserMistake, match=r"^no TPU v5e here: JAX here sees no TPU "
+                                          r"\(RuntimeError: Unable to initialize backend 'tpu'") as raised:
         copy.build("platform", fresh=True, confoverrides={"verified_platforms": ["tpu-v5e"]})
+    message = str(raised.value)
+    assert "\n" not in message and "JAX_PLATFORMS=''" not in message
+    assert message.endswith("; run it on a TPU v5e machine with SYSTEM=1")
     assert not (copy.path / "record" / "platform").exists()
     assert not (copy.path / "_build" / ".execution-cache").exists()  # no page ran
 

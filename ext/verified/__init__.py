@@ -22,6 +22,11 @@ The pipeline, one module per phase:
     pages.py      the generated Versions and Platforms pages (verdict_chart.py: their
                   picture); errors_page.py  the generated Errors page
     selfcheck.py  run in a reader's kernel: a chapter notebook's check of every cell
+
+Around them: align.py matches a page's blocks with a record by source; stop.py ends every
+worker when the build is interrupted; hang.py speaks of a long block and shows where a
+stopped one was; locate.py puts a syntax error at its line; mistakes.py turns a user's
+mistake into one line; steady.py keeps the stored configuration conf.py's.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from . import config, errors_page, glue, inject, pages, report, schedule, state
+from . import config, errors_page, glue, inject, pages, report, schedule, state, steady
 from .builders import (MatrixDoctestBuilder, MatrixRecordBuilder, PlatformDoctestBuilder,
                        PlatformRecordBuilder, RecordBuilder, VerifiedDoctestBuilder,
                        check_targets)
@@ -51,6 +56,7 @@ def _copy_static(app: Sphinx, exception) -> None:
 
 def setup(app: Sphinx) -> dict:
     config.register(app)
+    steady.setup(app)
     app.add_directive("code-cell", CodeCellDirective)
     app.add_node(code_cell)
     app.add_node(glue.glue_ref)

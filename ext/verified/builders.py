@@ -25,6 +25,7 @@ from sphinx.util import logging
 
 from .driver import fallback_environment
 from .execute import run_document
+from .mistakes import page_mistakes, target_absent
 from .model import FAILED, DocResult
 from .record import RecordedBlock, compare, make_record, record_path, write_record
 from .schedule import run_pages
@@ -125,14 +126,15 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
                     why = live.failure if live else "the page did not run (see the errors above)"
                     failures.append(f"FAILED {location}: did not run cleanly: {why}")
                     continue
-                recorded = record.block_for(block) if record else None
+                recorded = record.block_for(block, found.job.blocks) if record else None
                 comparison = compare(block, live, recorded, build.config.normalizers,
                                      record.environment.jax if record else None)
                 if comparison.verdict in ("match", "unchecked"):
                     passed += 1
                 elif comparison.verdict == "unrecorded":
-                    failures.append(f"FAILED {location}: not in the verified record "
-                                    f"(source changed or new block; run `make record`)")
+                    failures.append(f"FAILED {location}: new block, not in the verified record "
+                                    f"(inserted or edited since it was recorded; run "
+                                    f"`make record PAGES={docname}`)")
                 else:
                     failures.append(f"FAILED {location}: output differs from the record\n"
                                     + comparison.diff)
@@ -158,7 +160,8 @@ class RecordBuilder(_ExecutingBuilder):
                 continue
             path = write_record(build.config.record_dir, make_record(found.job.blocks, result))
             written.add(path)
-            logger.info(f"recorded {docname} ({len(found.job.blocks)} blocks)")
+            logger.info(f"wrote {_shown(path)} ({len(found.job.blocks)} blocks; its captions "
+                        f"now name this machine)")
         if build.config.pages:
             return  # a partial run keeps the other pages' records
         record_dir = Path(build.config.record_dir)
@@ -168,6 +171,11 @@ class RecordBuilder(_ExecutingBuilder):
             if stale not in written:
                 stale.unlink()
                 logger.info(f"removed stale record {stale}")
+
+
+def _shown(path: Path) -> str:
+    """A written file as the console names it: relative to where the build was started."""
+    return os.path.relpath(path)
 
 
 # -- the verified targets (targets.py): other versions and platforms --------------------------
@@ -182,6 +190,9 @@ def run_target(builder: Builder, target: Target) -> list[tuple[str, Any, DocResu
     page that does not run there has no result and says why."""
     build = state(builder)
     config = build.config
+    mistake = page_mistakes(config.pages, builder.env.found_docs, Path(builder.srcdir).name)
+    if mistake:
+        raise mistake
     found = {}
     for docname in sorted(builder.env.found_docs):
         if config.pages and docname not in config.pages:
@@ -256,8 +267,7 @@ class _TargetBuilder(_PagelessBuilder):
             if target.kind == PLATFORM:
                 why = probe(target, build.config.env)
                 if why:
-                    raise TargetUnavailable(f"{target.label} is not here: {why}; "
-                                            f"`make {self.name}` runs on that platform only")
+                    raise target_absent(target.label, why)
         self._checked = targets
         return targets
 
@@ -328,6 +338,7 @@ class _TargetRecordBuilder(_TargetBuilder):
             record = self.record_of(target, collected, result, why, rows)
             path = write_target_record(build.config.record_dir, target, record)
             written.setdefault(target.dirname, set()).add(path)
+            logger.info(f"wrote {_shown(path)} ({len(record.blocks)} blocks)")
             tally = counts.setdefault(target.dirname, {})
             for block in record.blocks:
                 tally[block.status] = tally.get(block.status, 0) + 1

@@ -2,7 +2,8 @@
 
 Entries are written atomically (a temporary file, then ``os.replace``) and carry a
 checksum of their payload, so a truncated or edited entry is detected and the document
-re-runs rather than rendering it. Failed runs are never stored.
+re-runs rather than rendering it. Failed runs are never stored. Each page keeps its
+``KEEP`` most recently used entries, so switching to another branch and back runs nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 from .model import DocResult
+
+KEEP = 4  # entries per page: the current key and a few others recently built
 
 
 def _slug(docname: str) -> str:
@@ -43,6 +46,7 @@ class ExecutionCache:
             return None
         if result.key != key or result.docname != docname or result.failed:
             return None
+        os.utime(path)  # used now: the last to go when the page's entries are pruned
         return result
 
     def store(self, result: DocResult) -> None:
@@ -60,9 +64,18 @@ class ExecutionCache:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-        for stale in self.root.glob(f"{_slug(result.docname)}.*.json"):
+        entries = sorted(self.root.glob(f"{_slug(result.docname)}.*.json"),
+                         key=_last_used, reverse=True)
+        for stale in entries[KEEP:]:
             if stale != target:
                 stale.unlink(missing_ok=True)
+
+
+def _last_used(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def _digest(payload: dict) -> str:

@@ -20,6 +20,7 @@ from .model import DocJob, DocSettings, Environment, Output
 
 WORKER = Path(__file__).with_name("worker.py")
 AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
+PARENT_VARIABLE = "VERIFIED_PARENT"  # likewise: the build's pid; the worker ends with it
 STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
 # Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
 # and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.
@@ -61,6 +62,7 @@ def worker_env(job: DocJob, extra_env: dict[str, str], private_dir: str,
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONHASHSEED", "0")
+    env[PARENT_VARIABLE] = str(os.getpid())  # the worker ends when this process does
     if cores:
         env[AFFINITY_VARIABLE] = ",".join(map(str, cores))
     return env
@@ -120,13 +122,25 @@ def start_limits(limits: dict, block, job: DocJob, default_timeout: float) -> No
                             f"timed out after {job.settings.budget:g} s "
                             f"(the document's time budget)")
     timeout = timeout_for(block, job, default_timeout)
-    limits["block"] = (now + timeout, f"timed out after {timeout:g} s (the block's time limit)")
+    limits["block"] = (now + timeout, f"timed out after {timeout:g} s (the block's time limit, "
+                                      f"{limit_source(block, job, default_timeout)})")
+
+
+def limit_source(block, job: DocJob, default_timeout: float) -> str:
+    """Where a block's time limit comes from, by the name that sets it."""
+    if block.timeout:
+        return f":timeout: {block.timeout:g}"
+    if job.settings.timeout:
+        return f"the page's execution timeout: {job.settings.timeout:g}; a block may set :timeout:"
+    return (f"verified_timeout = {default_timeout:g} in conf.py; a block may set :timeout:, "
+            f"a page execution: {{timeout: ...}}")
 
 
 def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tuple[list, str | None]:
     """Waits for events until the earliest limit in ``limits`` passes: the ready events,
     or no events and what the passed limit means."""
-    deadline, meaning = min(limits.values(), default=(float("inf"), ""))
+    deadline, meaning = min(limits.values(), default=(float("inf"), ""),
+                            key=lambda limit: limit[0])
     now = time.monotonic()
     if now >= deadline:
         return [], meaning

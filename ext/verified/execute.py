@@ -16,9 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import stop
 from .driver import (STARTUP_LIMIT, WORKER, describe_exit, fallback_environment, kill,
-                     partial_outputs, select_within_limits, start_limits, worker_env)
+                     partial_outputs, select_within_limits, start_limits, timeout_for,
+                     worker_env)
 from .gate import BlockGate
+from .hang import SlowNotice, dump_stack, stuck_at
 from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
 from .multiprocess import run_multiprocess_document
 
@@ -68,10 +71,12 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         ],
         "keep_going": keep_going,
     }
+    stop.check()  # an interrupted build starts no page
     # Held shared while the interpreter may be busy (see gate.py): from here to its exit.
     gate.acquire(exclusive=False)
     held: bool | None = False
     try:
+        stop.check()
         process = subprocess.Popen(
             [python, str(WORKER), str(write_fd), str(control_read)],
             stdin=subprocess.PIPE,
@@ -85,6 +90,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     except BaseException:
         gate.release(held)
         raise
+    stop.started(process.pid)  # its own session: the group id is its pid
     os.close(write_fd)
     os.close(control_read)
     control = os.fdopen(control_write, "w", buffering=1, encoding="utf-8")
@@ -114,6 +120,9 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     try:
         while not finished and failure is None:
             ready, failure = select_within_limits(selector, limits)
+            if isinstance(failure, SlowNotice):  # not a limit: the console hears of it
+                limits["notice"], failure = failure.say(), None
+                continue
             if failure is not None:
                 break
             if not ready:
@@ -145,11 +154,16 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                         pass
                 elif kind == "start":
                     running = message["index"]
-                    start_limits(limits, blocks_by_index[running], job, default_timeout)
+                    block = blocks_by_index[running]
+                    start_limits(limits, block, job, default_timeout)
+                    limits["notice"] = SlowNotice.start(
+                        f"{os.path.relpath(job.path)}:{block.line}",
+                        timeout_for(block, job, default_timeout)).say_at()
                 elif kind == "block":
                     results.append(block_result_from_json(message["result"]))
                     running = None
                     limits.pop("block", None)
+                    limits.pop("notice", None)
                     if held:
                         gate.downgrade()
                         held = False
@@ -159,8 +173,13 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                     finished = True
     finally:
         selector.close()
+        if failure is not None and running is not None:  # a limit stopped it: where was it?
+            dump_stack(process.pid, capture_dir)
+            where = stuck_at(capture_dir, {b.index: b.source for b in job.blocks})
+            failure += f"\n{where}" if where else ""
         if not finished:
             kill(process)
+        stop.ended(process.pid)
         process.wait()
         if held is not None:
             gate.release(held)

@@ -104,8 +104,11 @@ def glued_values(result: DocResult) -> dict[str, str]:
             if output.kind == "glue"}
 
 
-def resolve(doctree: nodes.document, result: DocResult | None) -> None:
-    """Replaces every ``glue_ref`` with its value's text; unknown names are located errors."""
+def resolve(doctree: nodes.document, result: DocResult | None,
+            stopped: int | None = None) -> None:
+    """Replaces every ``glue_ref`` with its value's text; unknown names are located errors.
+    ``stopped``: the line of the page's failed block, if one failed; a name no block glued
+    then may be one a block after it never got to glue, and the error says so."""
     values = glued_values(result) if result else {}
     for node in list(doctree.findall(glue_ref)):
         key = node["key"]
@@ -114,8 +117,11 @@ def resolve(doctree: nodes.document, result: DocResult | None) -> None:
             continue
         if key not in values:
             known = ", ".join(sorted(values)) or "none"
-            logger.error(f"glue {key!r}: no block of this page glued that name (glued: {known})",
-                         location=node, type="verified", subtype="glue")
+            why = (f"no value: the page stopped at its failed block (line {stopped}, reported "
+                   f"above) before any block glued it" if stopped is not None else
+                   f"no block of this page glued that name (glued: {known})")
+            logger.error(f"glue {key!r}: {why}", location=node, type="verified",
+                         subtype="glue")
             node.replace_self([])
             continue
         try:

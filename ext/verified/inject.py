@@ -16,6 +16,7 @@ from sphinx.util import logging
 
 from . import glue
 from .directive import code_cell
+from .locate import failure_line
 from .model import BlockResult, DocResult
 from .record import compare
 from .render import Verification, failure_report, render_block
@@ -42,7 +43,6 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     if result is not None:
         result, elsewhere = _with_platform_blocks(build, docname, found.job.blocks, result)
         _warn_duplicate_glue(docname, found.job.blocks, result)
-    glue.resolve(doctree, result if found and found.job.blocks else None)
     for node in cells:
         block = by_line.get(node["fence_line"])
         if result is not None and (block is None or block.source != node["source"]):
@@ -61,7 +61,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         block_result = result.blocks[block.index]
         if block_result.failed:
             where = f" on {block.platform}" if block.platform else ""
-            logger.error(failure_report(block, block_result, where), location=node,
+            logger.error(failure_report(block, block_result, where),
+                         location=(docname, failure_line(block, block_result, found.job.path)),
                          type="verified", subtype="block-failed")
         verification = elsewhere.get(block.index) or _verify(build, docname, block,
                                                              block_result)
@@ -76,6 +77,10 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                             verdict_nodes(verdicts, set(block.tags)))
         label_block(app.env, docname, block, cell)
         node.replace_self(cell)
+    # After the blocks' errors: a name a failed block never got to glue follows from them.
+    stopped = next((block.line for block in found.job.blocks if not block.platform
+                    and result.blocks[block.index].failed), None) if result else None
+    glue.resolve(doctree, result if found and found.job.blocks else None, stopped)
 
 
 def _with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
@@ -124,7 +129,7 @@ def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> None:
 
 def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
     record = build.record_for(docname)
-    recorded = record.block_for(block) if record else None
+    recorded = record.block_for(block, build.collected[docname].job.blocks) if record else None
     comparison = compare(block, block_result, recorded, build.config.normalizers,
                          record.environment.jax if record else None)
     return Verification(comparison, recorded, record.environment if record else None)

@@ -42,9 +42,12 @@ from .driver import (
     partial_outputs,
     select_within_limits,
     start_limits,
+    timeout_for,
     worker_env,
 )
+from . import stop
 from .gate import BlockGate
+from .hang import SlowNotice, dump_stack, stuck_at
 from .model import (
     EXPECTED_ERROR,
     FAILED,
@@ -176,12 +179,14 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
     gate.acquire(exclusive=False)
     held: bool | None = False
     try:
+        stop.check()  # an interrupted build starts no page
         workers = _start(job, scratch, workdir, extra_env, count, cores, python,
                          collective_flags)
     except BaseException:
         gate.release(held)
         raise
     group = workers[0].popen.pid
+    stop.started(group)
     selector = selectors.DefaultSelector()
     for worker in workers:
         selector.register(worker.events, selectors.EVENT_READ, worker)
@@ -200,6 +205,7 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         combined.append(result)
         running = None
         limits.pop("block", None)
+        limits.pop("notice", None)
         limits.pop("grace", None)
         if held:
             gate.downgrade()
@@ -210,6 +216,9 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
     try:
         while failure is None and not failed_block and not all(w.done for w in workers):
             ready, failure = select_within_limits(selector, limits)
+            if isinstance(failure, SlowNotice):  # not a limit: the console hears of it
+                limits["notice"], failure = failure.say(), None
+                continue
             if failure is not None:
                 break
             for key, _ in ready:
@@ -239,6 +248,9 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
             if running is not None and "block" not in limits and any(
                     w.running == running or running in w.results for w in workers):
                 start_limits(limits, blocks[running], job, default_timeout)
+                limits["notice"] = SlowNotice.start(
+                    f"{os.path.relpath(job.path)}:{blocks[running].line}",
+                    timeout_for(blocks[running], job, default_timeout)).say_at()
             # Every process is ready for the same block: let them all start it together.
             indexes = {w.ready for w in workers}
             if len(indexes) == 1 and None not in indexes and running is None:
@@ -269,12 +281,17 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         raise
     finally:
         selector.close()
+        stop.ended(group)
 
     if all(w.done for w in workers):
         # Finished: give jax.distributed's shutdown a moment, then end the group regardless.
         _wait_all(workers, EXIT_GRACE)
     elif gone is not None:
         gone.popen.wait()
+    elif failure is not None and failure != "grace" and running is not None:
+        for worker in workers:  # a limit stopped them: where was each still in the block?
+            if worker.running == running:
+                dump_stack(worker.popen.pid, worker.capture_dir)
     _end_group(group, workers)
     if held is not None:
         gate.release(held)
@@ -285,14 +302,17 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
             finished = {r.index for r in combined}
             index = next((b.index for b in job.blocks if b.index not in finished), None)
         if index is not None:
-            combined.append(_unfinished(blocks[index], workers, gone, failure, count))
+            combined.append(_unfinished(blocks[index], workers, gone, failure, count,
+                                        {b.index: b.source for b in job.blocks}))
     return combined, workers[0].environment
 
 
 def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
-                failure: str | None, count: int) -> BlockResult:
-    """The result of the block the page ended in: every process's part, and why it ended."""
+                failure: str | None, count: int, sources: dict[int, str]) -> BlockResult:
+    """The result of the block the page ended in: every process's part, and why it ended
+    (with where each process its limit stopped was; ``sources``: each block's code)."""
     index = block.index
+    stacks: list[str] = []
     failed = [w for w in workers if index in w.results and w.results[index].failed]
     per_process = []
     for w in workers:
@@ -311,6 +331,9 @@ def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
                    f"{', '.join(str(f.id) for f in failed)} failed; stopped")
         elif w.running == index:
             why = f"{failure}; it had not finished the block"
+            where = stuck_at(w.capture_dir, sources)
+            if where:
+                stacks.append(f"process {w.id}: {where}")
         else:
             why = f"{failure}; it never started the block"
         per_process.append(BlockResult(index=index, status=FAILED, failure=why,
@@ -322,6 +345,7 @@ def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
         result.failure += (f" (process {', '.join(map(str, finished))} had finished it: a "
                            f"collective waiting for a peer that never joins it hangs like this)")
     result.failure += f"; all {count} processes were stopped"
+    result.failure += "".join(f"\n{stack}" for stack in stacks)
     return result
 
 

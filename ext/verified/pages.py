@@ -53,7 +53,7 @@ def page_verdicts(build, env, targets: tuple[Target, ...]) -> list[PageVerdicts]
         record = build.record_for(docname)
         verdicts: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
         for block in found.job.blocks:
-            main = record.block_for(block) if record else None
+            main = record.block_for(block, found.job.blocks) if record else None
             for item in build.targets.verdicts(docname, block, found.job.blocks, main,
                                                found.job.settings, targets):
                 verdicts[item.target.name].append((block, item))
@@ -449,6 +449,10 @@ class PlatformsMatrix(_VerdictPage):
 
 
 GENERATED = ("{versions-matrix}", "{platforms-matrix}", "{errors-index}")
+# A page that uses one of them: its fence opens a line (prose that names one in backticks,
+# as the authoring guide does, is not such a page and is not re-read every build).
+_USES_GENERATED = re.compile(r"^ *(?:`{3,}|:{3,}) *(?:" + "|".join(map(re.escape, GENERATED))
+                             + ")", re.MULTILINE)
 
 
 def generated_outdated(app, env, added, changed, removed) -> list[str]:
@@ -458,6 +462,6 @@ def generated_outdated(app, env, added, changed, removed) -> list[str]:
         path = Path(env.doc2path(docname))
         if path.suffix == ".md":
             text = path.read_text(encoding="utf-8")
-            if any(marker in text for marker in GENERATED):
+            if _USES_GENERATED.search(text):
                 pages.append(docname)
     return pages

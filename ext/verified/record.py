@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .align import Alignment, cell_names
 from .model import Block, BlockResult, DocResult, Environment, Output, WarningRecord
 from .tolerance import compare_numbers
 
@@ -73,8 +74,15 @@ class Record:
     blocks: list[RecordedBlock]
     duration: float | None = None  # the page's execution seconds when recorded (scheduling)
 
-    def block_for(self, block: Block) -> RecordedBlock | None:
-        """The recorded block with the same position and source, if there is one."""
+    def block_for(self, block: Block, blocks: tuple[Block, ...] = ()) -> RecordedBlock | None:
+        """The recorded block of the same source, in page order (``align.py``): with the
+        page's ``blocks``, a block moved down by an insertion above it still has its own;
+        without them, the one at the same position."""
+        if blocks:
+            alignment = self.__dict__.setdefault(  # not a field: records are written by fields
+                "_alignment", Alignment([b.source_sha256 for b in self.blocks]))
+            index = alignment.pairs(blocks, source_digest).get(block.index)
+            return None if index is None else self.blocks[index]
         if block.index < len(self.blocks):
             recorded = self.blocks[block.index]
             if recorded.source_sha256 == source_digest(block.source):
@@ -236,12 +244,13 @@ def compare(block: Block, live: BlockResult, recorded: RecordedBlock | None,
         return Comparison("unrecorded")
     if block.varies and not block.normalize and recorded.status == live.status:
         return Comparison("unchecked")
-    expected = normalize(comparable_processes(recorded.status, recorded.outputs,
-                                              recorded.warnings, recorded.others),
-                         block.normalize, normalizers)
-    actual = normalize(comparable_processes(live.status, live.outputs, live.warnings,
-                                            live.others),
-                       block.normalize, normalizers)
+    # A traceback names its block by execution count, which an insertion above it changes.
+    expected = cell_names(normalize(comparable_processes(recorded.status, recorded.outputs,
+                                                         recorded.warnings, recorded.others),
+                                    block.normalize, normalizers))
+    actual = cell_names(normalize(comparable_processes(live.status, live.outputs, live.warnings,
+                                                       live.others),
+                                  block.normalize, normalizers))
     if expected == actual:
         return Comparison("match")
     notes = ""

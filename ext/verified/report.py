@@ -62,6 +62,37 @@ def block_statuses(app: Sphinx) -> list[dict]:
     return rows
 
 
+def unrecorded_blocks(build) -> dict[str, int]:
+    """Per page, the blocks that run here and have no entry in the verified record (new or
+    edited since ``make record``), matched by source in page order."""
+    counts = {}
+    for docname in sorted(build.collected):
+        found = build.collected[docname]
+        if found.problems or not build.selected(docname):
+            continue
+        runs = [block for block in found.job.blocks if not block.skip and not block.platform]
+        if not runs:
+            continue
+        record = build.record_for(docname)
+        missing = sum(1 for block in runs
+                      if record is None or record.block_for(block, found.job.blocks) is None)
+        if missing:
+            counts[docname] = missing
+    return counts
+
+
+def unrecorded_note(build) -> str:
+    """``3 blocks not in the record; run `make record PAGES=part1/02-tracing```."""
+    counts = unrecorded_blocks(build)
+    if not counts:
+        return ""
+    total = sum(counts.values())
+    where = f" ({', '.join(f'{page}: {n}' for page, n in counts.items())})" \
+        if len(counts) > 1 else ""
+    return (f"{total} block{'s' if total != 1 else ''} not in the record{where}; run "
+            f"`make record PAGES={','.join(counts)}`")
+
+
 def on_build_finished(app: Sphinx, exception) -> None:
     if exception is not None or not has_state(app):
         return
@@ -86,6 +117,10 @@ def on_build_finished(app: Sphinx, exception) -> None:
     if elsewhere:
         extra.append(f"{elsewhere} on a verified platform only")
     logger.info(summary + (f" ({', '.join(extra)})" if extra else ""))
+    if not build.fresh:
+        note = unrecorded_note(build)
+        if note:
+            logger.info(note)
     if counts["failed"] or build.comparison_failed:
         # Each failure was reported at its file:line; the build fails with or without -W.
         app.statuscode = 1

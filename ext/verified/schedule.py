@@ -16,15 +16,17 @@ import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
-from sphinx.errors import ConfigError
 from sphinx.util import logging
 
 from . import config as config_module
+from . import stop
 from .execute import run_document
 from .gate import BlockGate, Slots
+from .mistakes import page_mistakes
 from .record import recorded_duration
 from .state import state
 
@@ -53,9 +55,9 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         env.verified_stamps = {}
     if getattr(app.builder, "runs_pages_itself", False):
         return  # the target builders run pages under their targets themselves (builders.py)
-    unknown = sorted(build.config.pages - env.found_docs)
-    if unknown:
-        raise ConfigError(f"verified_pages: no such page(s): {', '.join(unknown)}")
+    mistake = page_mistakes(build.config.pages, env.found_docs, Path(app.srcdir).name)
+    if mistake:
+        raise mistake
     to_run = []
     for docname in docnames:
         if not build.selected(docname):
@@ -148,9 +150,12 @@ def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one,
         with slots.hold(job.settings.processes), cores.take() as pinned:
             return run_one(job, gate, pinned)
 
-    with ThreadPoolExecutor(max_workers=jobs_at_once) as pool:
+    # Interrupted (Ctrl-C, a closed terminal) or failed: every worker is ended before the
+    # pool waits for its threads, so they return at once (stop.py).
+    with ThreadPoolExecutor(max_workers=jobs_at_once) as pool, stop.stoppable():
         results = list(pool.map(run, shared))
-    return results + [run(job) for job in exclusive]
+    with stop.stoppable():
+        return results + [run(job) for job in exclusive]
 
 
 def _run_all(app: Sphinx, jobs: list) -> None:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from docutils import nodes
 
+from .align import align
 from .model import FAILED, Block, DocSettings
-from .record import RecordedBlock, compare
+from .record import RecordedBlock, compare, source_digest
 from .render import folded, output_nodes
 from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, TargetBlock, TargetRecord,
                             read_target_record, target_record_path)
@@ -72,7 +73,7 @@ class Verdict:
                 return (f"on {label}: not run, because block {self.because.index + 1} "
                         f"(line {self.because.line}) fails there")
             return f"on {label}: not run, because an earlier block fails there"
-        return f"not yet verified on {label}"
+        return f"not yet verified on {label}" + (f": {self.detail}" if self.detail else "")
 
 
 def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
@@ -92,7 +93,7 @@ def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
     recorded = record.verified_for(block, blocks) if record else None
     date = record.environment.date if record else ""
     if recorded is None:
-        return Verdict(UNVERIFIED, target)
+        return Verdict(UNVERIFIED, target, detail=why_unverified(block, blocks, record, target))
     if recorded.status == NOT_RUN_THERE:
         return Verdict(NOT_THERE, target, detail=record.reason, recorded=recorded)
     if block.platform:
@@ -119,6 +120,20 @@ def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
     if comparison.verdict == "match":
         return Verdict(SAME, target, recorded=recorded)
     return Verdict(DIFFERS, target, detail=comparison.diff, recorded=recorded)
+
+
+def why_unverified(block: Block, blocks: tuple[Block, ...], record: TargetRecord | None,
+                   target: Target) -> str:
+    """Why a target's record does not verify a block: the block changed since that run, or
+    it did not and an earlier block did (the block then starts from another state, so the
+    target has not verified it until the page runs there again); "" if it never ran there."""
+    if record is None or record.reason:
+        return ""
+    there = align([source_digest(b.source) for b in blocks],
+                  [recorded.source_sha256 for recorded in record.blocks])
+    if block.index in there:
+        return f"an earlier block changed since the {target.label} run"
+    return f"this block is new or edited since the {target.label} run"
 
 
 def as_on_target(config, docname: str, block: Block, target: Target) -> Block:

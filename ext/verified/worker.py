@@ -21,6 +21,7 @@ import linecache
 import os
 import platform
 import re
+import signal
 import sys
 import threading
 import time
@@ -48,6 +49,7 @@ HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
 SETTLE_WINDOW = 0.002
 SETTLE_BUSY = 0.25
 SETTLE_LIMIT = 2.0
+PARENT_WATCH = 0.5  # seconds between two looks at whether the build that started us is alive
 
 
 def block_stderr(text: str) -> str:
@@ -385,8 +387,44 @@ def pin_to_cores() -> None:
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
 
 
+def end_with_parent(parent: int) -> None:
+    """Ends this interpreter when the build that started it ends, however it ends (killed,
+    say), so that no page keeps a core busy for later builds: on Linux the kernel kills it at
+    once (the parent-death signal); a thread watching the parent's pid is the fallback, and
+    ends the page's process group (it and what it started)."""
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    try:
+        build_group = os.getpgid(parent)
+    except ProcessLookupError:
+        build_group = None
+
+    def end() -> None:
+        if os.getpgrp() != build_group:  # the page's own group: it and what it started
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_WATCH)
+        end()
+
+    if os.getppid() != parent:  # it died before the signal was set
+        end()
+    threading.Thread(target=watch, name="verified-parent-watch", daemon=True).start()
+
+
 def main() -> None:
     pin_to_cores()
+    end_with_parent(int(os.environ.pop("VERIFIED_PARENT", "0") or 0))
     events = _open_events(int(sys.argv[1]))
     control = os.fdopen(int(sys.argv[2]), "r", encoding="utf-8")
     job = json.load(sys.stdin)
@@ -396,6 +434,9 @@ def main() -> None:
     sys.stdout.reconfigure(write_through=True)
     sys.stderr.reconfigure(write_through=True)
     faulthandler.enable(file=2)  # a crash leaves its Python traceback in the captured stderr
+    # A block stopped by its time limit: the driver asks where it was (USR1) before the kill.
+    stack = open(os.path.join(job["capture_dir"], "stack"), "w", encoding="utf-8")
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
 
     sink: list[tuple[str, dict[str, Any]]] = []
     shell = _make_shell(sink)

@@ -1,0 +1,56 @@
+"""A user's mistake is one line and a non-zero exit, never Sphinx's crash report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from verified.mistakes import UserMistake, page_mistakes, target_absent
+
+PAGES = {"index", "part1/02-tracing", "part1/03-jit"}
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("source/part1/02-tracing.md", "no page 'source/part1/02-tracing.md'; did you mean "
+                                   "part1/02-tracing?"),
+    ("./part1/03-jit.md", "no page './part1/03-jit.md'; did you mean part1/03-jit?"),
+    ("part1/02-tracin", "no page 'part1/02-tracin'; did you mean part1/02-tracing?"),
+    ("nothing/like/it", "no page 'nothing/like/it' (PAGES names pages as part1/02-tracing)"),
+])
+def test_a_wrong_page_name_says_which_page_is_meant(given, message):
+    assert str(page_mistakes({given}, PAGES)) == message
+    assert page_mistakes({"index"}, PAGES) is None
+
+
+def test_a_missing_platform_is_one_line_without_jax_advice():
+    why = ("JAX here sees no TPU (RuntimeError: Unable to initialize backend 'tpu': INTERNAL: "
+           "no libtpu (set JAX_PLATFORMS='' to automatically choose an available backend))")
+    assert str(target_absent("TPU v5e", why)) == (
+        "no TPU v5e here: JAX here sees no TPU (RuntimeError: Unable to initialize backend "
+        "'tpu': INTERNAL: no libtpu); run it on a TPU v5e machine with SYSTEM=1")
+
+
+@pytest.mark.parametrize("builder", ["doctest", "record", "matrix"])
+def test_every_builder_checks_the_pages_named(site, builder):
+    copy = site("matrix", into="source")
+    with pytest.raises(UserMistake, match=r"^no page 'source/index\.md'; did you mean index\?$"):
+        copy.build(builder, fresh=True, confoverrides={"verified_pages": ["source/index.md"]})
+
+
+def test_the_command_line_shows_one_line_and_fails(tmp_path):
+    """End to end: what `make doctest PAGES=source/part1/02-tracing.md` prints."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-c", str(ROOT), "-b", "doctest", str(ROOT / "source"),
+         str(tmp_path / "out"), "-d", str(tmp_path / "doctrees"),
+         "-D", "verified_pages=source/part1/02-tracing.md",
+         "-D", f"verified_cache_dir={tmp_path / 'cache'}",
+         "-D", f"verified_report={tmp_path / 'report.json'}"],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "no page 'source/part1/02-tracing.md'; did you mean part1/02-tracing?"]
+    assert "sphinx-doc/sphinx" not in done.stdout + done.stderr
