@@ -23,7 +23,7 @@ from verified.verdict import Verdict
 
 # The modules the kernel needs, in import order: the engine's comparison and the check.
 # They import only the standard library, IPython and each other (a test holds them to it).
-MODULES = ("tolerance", "model", "record", "selfcheck")
+MODULES = ("tolerance", "model", "align", "record", "selfcheck")
 MARK = "# course-check"
 CPU_LABEL = "CPU"
 
