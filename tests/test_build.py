@@ -205,6 +205,20 @@ def test_switching_back_to_earlier_code_executes_nothing(site):
     assert "executing" not in back.status and "<pre><span></span>42\n" in back.html("other")
 
 
+def test_a_changed_stylesheet_replaces_the_built_one(site):
+    """After an update of the engine's stylesheet, a warm build copies it over the old one
+    instead of warning (which -W turns into a failed build)."""
+    from verified import STATIC
+
+    copy = site("basic")
+    first = copy.build()
+    built = first.outdir / "_static" / "verified.css"
+    built.write_text("/* the stylesheet of an older engine */", encoding="utf-8")
+    again = copy.build()
+    assert error_heads(again) == [] and "copy_overwrite" not in again.warnings
+    assert built.read_text(encoding="utf-8") == (STATIC / "verified.css").read_text(encoding="utf-8")
+
+
 def test_corrupt_cache_entry_is_rerun(site):
     copy = site("basic")
     copy.build()

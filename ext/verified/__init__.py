@@ -51,7 +51,7 @@ def _copy_static(app: Sphinx, exception) -> None:
     if exception is None and app.builder.format == "html":
         from sphinx.util.fileutil import copy_asset_file
 
-        copy_asset_file(STATIC / "verified.css", Path(app.outdir) / "_static")
+        copy_asset_file(STATIC / "verified.css", Path(app.outdir) / "_static", force=True)
 
 
 def setup(app: Sphinx) -> dict:
