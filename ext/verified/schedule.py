@@ -26,6 +26,7 @@ from . import config as config_module
 from .execute import run_document
 from .gate import BlockGate, Slots
 from .record import recorded_duration
+from .replay import log_replays
 from .state import state
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
     """Pages whose key or record changed (new JAX, edited code, re-recorded) or whose
-    cached result is gone."""
+    stored result (record or cache) is gone; in a fresh build, every page that runs."""
     build = state(app)
     stamps = getattr(env, "verified_stamps", {})
     outdated = []
@@ -42,7 +43,7 @@ def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
         if found is None or not (found.job.blocks or found.problems):
             continue
         if (found.problems or stamps.get(docname) != build.read_stamp(found)
-                or build.cached(found) is None):
+                or build.stored(found) is None):
             outdated.append(docname)
     return outdated
 
@@ -66,11 +67,13 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         env.verified_stamps[docname] = build.read_stamp(found)
         if found.problems:
             continue  # reported, located, when the page is read
-        cached = None if build.fresh else build.cached(found)
-        if cached is not None:
-            build.results[docname] = cached
+        stored = build.stored(found)
+        if stored is not None:
+            build.results[docname] = stored
         else:
             to_run.append(found.job)
+    log_replays({docname: build.replays[docname] for docname in docnames
+                 if docname in build.replays})
     if to_run:
         _run_all(app, to_run)
 
