@@ -1,11 +1,15 @@
 """`make bench`: build-time figures, measured on a throw-away copy of the tree.
 
-Scenarios: a cold build (empty cache), a warm rebuild with no change, a rebuild after a
-prose-only edit and after a one-block code edit in one chapter, and `make doctest`. For each:
+Scenarios: a cold build executing every block (`FRESH=1`, empty cache), a cold build as a
+fresh clone makes it (no _build: the verified record stands in for the pages it matches), a
+warm rebuild with no change, a rebuild after a prose-only edit and after a one-block code edit
+in one chapter, and `make doctest`. For each:
 the wall time, how many blocks executed, the sum of their execution times, and the floor on
 this machine's cores: every page's time (start-up included) scheduled on the cores, with the
 exclusive parts (exclusive blocks, exclusive pages) serial; the ratio wall ÷ floor says how
-far the build is from it. A cold build of a test root gets the same figures.
+far the build is from it. A cold build of a test root gets the same figures. Last, a fresh
+clone to a readable site: `make html` in a copy without a virtualenv, creating it from the
+pinned requirements, then building from the record (skipped with `BENCH_CLONE=0`).
 
 With `BENCH_OFFICIAL=DIR` (a folder of MyST-NB text notebooks, e.g. pages of the JAX docs),
 those pages are also built cold, unchanged, by this engine and by MyST-NB itself.
@@ -30,6 +34,7 @@ from verified.record import BUILTIN_NORMALIZERS  # noqa: E402
 
 SPHINX = [sys.executable, "-m", "sphinx", "-c", ".", "-W", "--keep-going", "-j", "auto", "-q"]
 COPIED = ("conf.py", "ext", "source", "record")
+CLONED = (*COPIED, "Makefile", "requirements.txt")  # what `make html` reads in a clone
 
 
 CORES = len(os.sched_getaffinity(0))
@@ -55,11 +60,13 @@ def floor(report: dict, cores: int = CORES) -> float:
 
 
 def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = False,
-          source: str = "source", confdir: str = "."):
+          source: str = "source", confdir: str = ".", execute_all: bool = False):
     args = SPHINX + ["-b", builder, source, f"_build/{outdir}", "-d", f"_build/{doctreedir}"]
     args[args.index("-c") + 1] = confdir
     if fresh:
         args.append("-E")
+    if execute_all:  # `make html FRESH=1`
+        args += ["-D", "verified_fresh=1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "ext")}  # a test root's conf.py names no path
     started = time.perf_counter()
     completed = subprocess.run(args, cwd=tree, capture_output=True, text=True, env=env)
@@ -97,9 +104,9 @@ def code_edit(page: Path) -> None:
     page.write_text("".join(lines), encoding="utf-8")
 
 
-def copy_tree(tree: Path) -> None:
+def copy_tree(tree: Path, names: tuple[str, ...] = COPIED) -> None:
     """What a build reads, copied into ``tree`` (an existing folder)."""
-    for name in COPIED:
+    for name in names:
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -122,7 +129,9 @@ def main() -> None:
         print(f"machine: {CORES} cores; edits go to {page.relative_to(tree)}")
         print(f"{'scenario':<30} {'wall s':>8} {'blocks run':>11} {'sum of block s':>15} "
               f"{'floor s':>8} {'wall/floor':>10}", flush=True)
-        row("cold build", *build(tree, "html", "html", "doctrees"))
+        row("cold build, FRESH=1", *build(tree, "html", "html", "doctrees", execute_all=True))
+        shutil.rmtree(tree / "_build")
+        row("cold build (from the record)", *build(tree, "html", "html", "doctrees"))
         row("warm rebuild, no change", *build(tree, "html", "html", "doctrees"))
         prose_edit(page)
         row("after a prose-only edit", *build(tree, "html", "html", "doctrees"))
@@ -136,9 +145,35 @@ def main() -> None:
         shutil.copytree(ROOT / "tests" / "roots" / "test-exclusive", root)
         row("test root (exclusive), cold",
             *build(root, "html", "html", "doctrees", source=".", confdir="."))
+    if os.environ.get("BENCH_CLONE", "1") != "0":
+        fresh_clone()
     official = os.environ.get("BENCH_OFFICIAL")
     if official:
         compare_with_myst_nb(Path(official))
+
+
+def fresh_clone() -> None:
+    """A clone to a readable site: `make html` with no virtualenv and no _build."""
+    with tempfile.TemporaryDirectory(prefix="bench-clone-") as scratch:
+        tree = Path(scratch)
+        copy_tree(tree, CLONED)
+        env = {name: value for name, value in os.environ.items()
+               if name not in ("VIRTUAL_ENV", "MAKEFLAGS", "MAKELEVEL", "PAGES", "FRESH")}
+        started = time.perf_counter()
+        for target in ("venv", "html"):
+            completed = subprocess.run(["make", target], cwd=tree, capture_output=True,
+                                       text=True, env=env)
+            if completed.returncode != 0:
+                sys.exit(f"make {target} in a fresh clone failed:\n{completed.stdout[-3000:]}"
+                         f"\n{completed.stderr[-3000:]}")
+            if target == "venv":
+                venv = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        report = json.loads((tree / "_build" / "execution-report.json").read_text())
+        executed = [r for r in report["blocks"] if r["status"] in ("ran", "expected-error")]
+        print(f"fresh clone to a readable site: {wall:.1f} s ({venv:.1f} s creating the "
+              f"virtualenv, {wall - venv:.1f} s `make html`), {len(executed)}/"
+              f"{len(report['blocks'])} blocks run", flush=True)
 
 
 OFFICIAL_CONF = """\
