@@ -1,9 +1,10 @@
 """Inject: put each page's results into its doctree (Sphinx's ``doctree-read``).
 
 Each ``code_cell`` placeholder becomes the rendered block: the result of this build (run
-now, cached, or the verified record's when it stands in for a run), compared with the verified record for its caption, with one verdict line
-per verified target under it. A block that runs on a platform alone shows that platform's
-recorded output, and prose glued from it reads the same record.
+now, cached, or the verified record's where it stands in for a run), compared with the
+verified record for its caption, with one verdict line per verified target under it. A
+block that runs on a platform alone shows that platform's recorded output, and prose glued
+from it reads the same record.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def on_build_finished(app: Sphinx, exception) -> None:
              for docname in sorted(build.executed)]
     path = build.config.report_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Each page read this build whose record could not stand in for running it, and why.
+    # Each page whose record could not stand in for running it, and why.
     out_of_date = {docname: replayed.reason for docname, replayed in sorted(build.replays.items())
                    if replayed.reason}
     path.write_text(json.dumps({"builder": app.builder.name, "pages": pages, "blocks": rows,
