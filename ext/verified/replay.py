@@ -95,8 +95,8 @@ def recorded_identity(environment: Environment) -> dict:
     """What the record's environment says of the ``record_identity`` fields (None: it does
     not say; jax is named only where the page imported it)."""
     return {"python": ".".join(environment.python.split(".")[:2]) or None,
-            "jax": environment.jax,
-            "jaxlib": environment.jaxlib, "platform": environment.platform}
+            "jax": environment.jax, "jaxlib": environment.jaxlib,
+            "platform": environment.platform or None}
 
 
 def _restored(outputs: list[Output], record_dir: Path) -> list[Output] | None:
@@ -127,11 +127,16 @@ def _read_image(record_dir: Path, mime: str, digest: str) -> str | None:
     return encoded if hashlib.sha256(encoded.encode()).hexdigest() == digest else None
 
 
+def _every_output(block) -> list[Output]:
+    """A block's outputs, every process's (a ``BlockResult`` or a ``RecordedBlock``)."""
+    return [*block.outputs, *(output for other in block.others for output in other.outputs)]
+
+
 def write_images(record_dir: Path, result: DocResult) -> None:
     """Writes every image of ``result`` (base64, as the worker captured it) into ``images/``
     under the digest the record names it by."""
     for block in result.blocks:
-        for output in [*block.outputs, *(o for other in block.others for o in other.outputs)]:
+        for output in _every_output(block):
             for mime, value in output.data.items():
                 if not mime.startswith("image/") or value.startswith(_DIGEST):
                     continue
@@ -157,7 +162,7 @@ def prune_images(record_dir: Path) -> list[Path]:
             continue
         record = read_record(record_dir, path.relative_to(record_dir).with_suffix("").as_posix())
         for block in record.blocks:
-            for output in [*block.outputs, *(o for other in block.others for o in other.outputs)]:
+            for output in _every_output(block):
                 named.update(image_path(record_dir, mime, value.removeprefix(_DIGEST))
                              for mime, value in output.data.items()
                              if mime.startswith("image/") and value.startswith(_DIGEST))
