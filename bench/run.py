@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import runpy
 import shutil
 import subprocess
 import sys
@@ -80,13 +81,21 @@ def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = 
     return wall, len(executed), sum(r["duration"] for r in executed), len(rows), floor(report)
 
 
+PLATFORMS = frozenset(entry if isinstance(entry, str) else entry["name"] for entry in
+                      runpy.run_path(str(ROOT / "conf.py")).get("verified_platforms", ()))
+
+
 def blocks_of(page: Path):
-    return collect(page.stem, page, frozenset(BUILTIN_NORMALIZERS)).job.blocks
+    return collect(page.stem, page, frozenset(BUILTIN_NORMALIZERS), platforms=PLATFORMS).job.blocks
 
 
 def busiest_page(tree: Path) -> Path:
-    """The page with the most executable blocks: the edits happen there."""
-    return max(sorted(tree.glob("source/**/*.md")), key=lambda p: len(blocks_of(p)))
+    """The page with the most executable blocks and none that runs on a platform alone: the
+    edits happen there. (An edit above such a block leaves it unverified until the platform
+    runs the page again, and the prose that inserts its glued values has none.)"""
+    return max((page for page in sorted(tree.glob("source/**/*.md"))
+                if not any(block.platform for block in blocks_of(page))),
+               key=lambda page: len(blocks_of(page)))
 
 
 def prose_edit(page: Path) -> None:
