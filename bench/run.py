@@ -62,9 +62,12 @@ def floor(report: dict, cores: int = CORES) -> float:
 
 
 def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = False,
-          source: str = "source", confdir: str = ".", execute_all: bool = False):
+          source: str = "source", confdir: str = ".", execute_all: bool = False,
+          strict: bool = True):
     args = SPHINX + ["-b", builder, source, f"_build/{outdir}", "-d", f"_build/{doctreedir}"]
     args[args.index("-c") + 1] = confdir
+    if not strict:
+        args.remove("-W")
     if fresh:
         args.append("-E")
     if execute_all:  # `make html FRESH=1`
@@ -146,7 +149,10 @@ def main() -> None:
         prose_edit(page)
         row("after a prose-only edit", *build(tree, "html", "html", "doctrees"))
         code_edit(page)
-        row("after a one-block code edit", *build(tree, "html", "html", "doctrees"))
+        # Not under -W: the generated Versions and Platforms pages rightly warn that the edited
+        # block's differences there are not yet verified (until `make matrix`, `make platform`).
+        row("after a one-block code edit",
+            *build(tree, "html", "html", "doctrees", strict=False))
         page.write_text(original, encoding="utf-8")  # the record matches the original
         row("make doctest (fresh)",
             *build(tree, "doctest", "doctest", "doctrees-doctest", fresh=True))
