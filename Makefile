@@ -11,6 +11,9 @@ PAGES      ?=
 SPHINX     := $(BIN)/sphinx-build -c . $(SPHINXOPTS)
 # `make doctest PAGES=part1/04-autodiff,part2/12-training-run` executes only those pages.
 ONLY       := $(if $(PAGES),-D verified_pages=$(PAGES))
+# `make html` shows a page from the verified record when the record is of exactly what would
+# run (else it executes it); `make html FRESH=1` executes every page.
+FRESHLY    := $(if $(filter 1,$(FRESH)),-D verified_fresh=1)
 
 # The other verified JAX versions, named once: `verified_matrix` in conf.py (a one-line list).
 # Each has its pinned requirements-jax-VERSION.txt and its virtualenv .venv-jax-VERSION.
@@ -45,7 +48,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 html: venv
-	$(SPHINX) -b html source $(BUILD)/html -d $(BUILD)/doctrees
+	$(SPHINX) -b html source $(BUILD)/html -d $(BUILD)/doctrees $(FRESHLY)
 
 # Re-executes every document (no cache) and compares each block with the verified record.
 doctest: venv
@@ -76,8 +79,8 @@ platform-doctest: $(PLATFORM_SETUP)
 portability: venv
 	PYTHONPATH=ext $(BIN)/python -m verified.portability $(SPHINX) $(ONLY)
 
-# Fast tests first; the portability runs then fill the execution cache the site build of the
-# JAX tests (browser) reads, so the course is not executed once more natively for them.
+# Fast tests first; the portability runs then verify the record, from which the site build of
+# the JAX tests (browser) shows every page, so the course is not executed once more for them.
 test: venv
 	$(BIN)/python -m pytest tests -m "not jax"
 	$(MAKE) portability

@@ -1,11 +1,15 @@
 """`make bench`: build-time figures, measured on a throw-away copy of the tree.
 
-Scenarios: a cold build (empty cache), a warm rebuild with no change, a rebuild after a
-prose-only edit and after a one-block code edit in one chapter, and `make doctest`. For each:
+Scenarios: a cold build executing every block (`FRESH=1`, empty cache), a cold build as a
+fresh clone makes it (no _build: the verified record stands in for the pages it matches), a
+warm rebuild with no change, a rebuild after a prose-only edit and after a one-block code edit
+in one chapter, and `make doctest`. For each:
 the wall time, how many blocks executed, the sum of their execution times, and the floor on
 this machine's cores: every page's time (start-up included) scheduled on the cores, with the
 exclusive parts (exclusive blocks, exclusive pages) serial; the ratio wall ÷ floor says how
-far the build is from it. A cold build of a test root gets the same figures.
+far the build is from it. A cold build of a test root gets the same figures. Last, a fresh
+clone to a readable site: `make html` in a copy without a virtualenv, creating it from the
+pinned requirements, then building from the record (skipped with `BENCH_CLONE=0`).
 
 With `BENCH_OFFICIAL=DIR` (a folder of MyST-NB text notebooks, e.g. pages of the JAX docs),
 those pages are also built cold, unchanged, by this engine and by MyST-NB itself.
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import runpy
 import shutil
 import subprocess
 import sys
@@ -30,6 +36,7 @@ from verified.record import BUILTIN_NORMALIZERS  # noqa: E402
 
 SPHINX = [sys.executable, "-m", "sphinx", "-c", ".", "-W", "--keep-going", "-j", "auto", "-q"]
 COPIED = ("conf.py", "ext", "source", "record")
+CLONED = (*COPIED, "Makefile", "requirements.txt")  # what `make html` reads in a clone
 
 
 CORES = len(os.sched_getaffinity(0))
@@ -55,11 +62,16 @@ def floor(report: dict, cores: int = CORES) -> float:
 
 
 def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = False,
-          source: str = "source", confdir: str = "."):
+          source: str = "source", confdir: str = ".", execute_all: bool = False,
+          strict: bool = True):
     args = SPHINX + ["-b", builder, source, f"_build/{outdir}", "-d", f"_build/{doctreedir}"]
     args[args.index("-c") + 1] = confdir
+    if not strict:
+        args.remove("-W")
     if fresh:
         args.append("-E")
+    if execute_all:  # `make html FRESH=1`
+        args += ["-D", "verified_fresh=1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "ext")}  # a test root's conf.py names no path
     started = time.perf_counter()
     completed = subprocess.run(args, cwd=tree, capture_output=True, text=True, env=env)
@@ -72,13 +84,21 @@ def build(tree: Path, builder: str, outdir: str, doctreedir: str, fresh: bool = 
     return wall, len(executed), sum(r["duration"] for r in executed), len(rows), floor(report)
 
 
+PLATFORMS = frozenset(entry if isinstance(entry, str) else entry["name"] for entry in
+                      runpy.run_path(str(ROOT / "conf.py")).get("verified_platforms", ()))
+
+
 def blocks_of(page: Path):
-    return collect(page.stem, page, frozenset(BUILTIN_NORMALIZERS)).job.blocks
+    return collect(page.stem, page, frozenset(BUILTIN_NORMALIZERS), platforms=PLATFORMS).job.blocks
 
 
 def busiest_page(tree: Path) -> Path:
-    """The page with the most executable blocks: the edits happen there."""
-    return max(sorted(tree.glob("source/**/*.md")), key=lambda p: len(blocks_of(p)))
+    """The page with the most executable blocks and none that runs on a platform alone: the
+    edits happen there. (An edit above such a block leaves it unverified until the platform
+    runs the page again, and the prose that inserts its glued values has none.)"""
+    return max((page for page in sorted(tree.glob("source/**/*.md"))
+                if not any(block.platform for block in blocks_of(page))),
+               key=lambda page: len(blocks_of(page)))
 
 
 def prose_edit(page: Path) -> None:
@@ -97,9 +117,9 @@ def code_edit(page: Path) -> None:
     page.write_text("".join(lines), encoding="utf-8")
 
 
-def copy_tree(tree: Path) -> None:
+def copy_tree(tree: Path, names: tuple[str, ...] = COPIED) -> None:
     """What a build reads, copied into ``tree`` (an existing folder)."""
-    for name in COPIED:
+    for name in names:
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -122,12 +142,17 @@ def main() -> None:
         print(f"machine: {CORES} cores; edits go to {page.relative_to(tree)}")
         print(f"{'scenario':<30} {'wall s':>8} {'blocks run':>11} {'sum of block s':>15} "
               f"{'floor s':>8} {'wall/floor':>10}", flush=True)
-        row("cold build", *build(tree, "html", "html", "doctrees"))
+        row("cold build, FRESH=1", *build(tree, "html", "html", "doctrees", execute_all=True))
+        shutil.rmtree(tree / "_build")
+        row("cold build (from the record)", *build(tree, "html", "html", "doctrees"))
         row("warm rebuild, no change", *build(tree, "html", "html", "doctrees"))
         prose_edit(page)
         row("after a prose-only edit", *build(tree, "html", "html", "doctrees"))
         code_edit(page)
-        row("after a one-block code edit", *build(tree, "html", "html", "doctrees"))
+        # Not under -W: the generated Versions and Platforms pages rightly warn that the edited
+        # block's differences there are not yet verified (until `make matrix`, `make platform`).
+        row("after a one-block code edit",
+            *build(tree, "html", "html", "doctrees", strict=False))
         page.write_text(original, encoding="utf-8")  # the record matches the original
         row("make doctest (fresh)",
             *build(tree, "doctest", "doctest", "doctrees-doctest", fresh=True))
@@ -136,9 +161,35 @@ def main() -> None:
         shutil.copytree(ROOT / "tests" / "roots" / "test-exclusive", root)
         row("test root (exclusive), cold",
             *build(root, "html", "html", "doctrees", source=".", confdir="."))
+    if os.environ.get("BENCH_CLONE", "1") != "0":
+        fresh_clone()
     official = os.environ.get("BENCH_OFFICIAL")
     if official:
         compare_with_myst_nb(Path(official))
+
+
+def fresh_clone() -> None:
+    """A clone to a readable site: `make html` with no virtualenv and no _build."""
+    with tempfile.TemporaryDirectory(prefix="bench-clone-") as scratch:
+        tree = Path(scratch)
+        copy_tree(tree, CLONED)
+        env = {name: value for name, value in os.environ.items()
+               if name not in ("VIRTUAL_ENV", "MAKEFLAGS", "MAKELEVEL", "PAGES", "FRESH")}
+        started = time.perf_counter()
+        for target in ("venv", "html"):
+            completed = subprocess.run(["make", target], cwd=tree, capture_output=True,
+                                       text=True, env=env)
+            if completed.returncode != 0:
+                sys.exit(f"make {target} in a fresh clone failed:\n{completed.stdout[-3000:]}"
+                         f"\n{completed.stderr[-3000:]}")
+            if target == "venv":
+                venv = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        report = json.loads((tree / "_build" / "execution-report.json").read_text())
+        executed = [r for r in report["blocks"] if r["status"] in ("ran", "expected-error")]
+        print(f"fresh clone to a readable site: {wall:.1f} s ({venv:.1f} s creating the "
+              f"virtualenv, {wall - venv:.1f} s `make html`), {len(executed)}/"
+              f"{len(report['blocks'])} blocks run", flush=True)
 
 
 OFFICIAL_CONF = """\
@@ -171,9 +222,13 @@ def compare_with_myst_nb(pages: Path) -> None:
             (tree / "conf.py").write_text(conf)
             args = [sys.executable, "-m", "sphinx", "-c", ".", "-j", "auto", "-q", "-b", "html",
                     "source", "_build/html", "-d", "_build/doctrees"]
-            started = time.perf_counter()
+            started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             completed = subprocess.run(args, cwd=tree, capture_output=True, text=True)
             wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            # CPU seconds of the build and every process it waited for: unlike the wall
+            # time, it hardly moves when other work shares the machine.
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
             if completed.returncode != 0:
                 sys.exit(f"{extension} build of the official pages failed:\n"
                          f"{completed.stderr[-3000:]}")
@@ -185,12 +240,13 @@ def compare_with_myst_nb(pages: Path) -> None:
                 blocks = (f"{len(ran)}/{len(report['blocks'])} blocks ran, "
                           f"{sum(r['duration'] for r in ran):.1f} s of blocks, "
                           f"floor {least:.1f} s")
-            rows.append((extension, len(names), wall, blocks, least))
+            rows.append((extension, len(names), wall, blocks, least, cpu))
     print(f"\nofficial MyST-NB pages, unchanged, cold build ({pages}):")
-    for extension, count, wall, blocks, _ in rows:
-        print(f"  {extension:<9} {count} pages {wall:7.1f} s  {blocks}")
-    print(f"  ratio verified / myst_nb: {rows[0][2] / rows[1][2]:.2f}; "
-          f"execution floor / myst_nb: {rows[0][4] / rows[1][2]:.2f}")
+    for extension, count, wall, blocks, _, cpu in rows:
+        print(f"  {extension:<9} {count} pages {wall:7.1f} s  {cpu:7.1f} CPU s  {blocks}")
+    print(f"  ratio verified / myst_nb: {rows[0][2] / rows[1][2]:.2f} (CPU time: "
+          f"{rows[0][5] / rows[1][5]:.2f}); execution floor / myst_nb: "
+          f"{rows[0][4] / rows[1][2]:.2f}")
 
 
 if __name__ == "__main__":

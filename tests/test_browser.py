@@ -1,7 +1,8 @@
 """The built site in a real browser: Playwright driving Debian's headless Chromium.
 
-Builds the site as `make html` does (the execution cache makes this cheap after the first
-time), then checks progress, reveal-on-predict, copy buttons and the no-JavaScript reading,
+Builds the site as `make html` does: `make test` runs this after `make portability` has
+verified the record, so every page is shown from the record and nothing runs again. Then it
+checks progress, reveal-on-predict, copy buttons and the no-JavaScript reading,
 from file:// and from a local server. Saves a screenshot of the landing page under _build/.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -77,6 +79,15 @@ def server(site):
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+
+
+def test_the_site_is_shown_from_the_verified_record(site):
+    """The committed record is of exactly what the pages run: the site build ran no block."""
+    report = json.loads((ROOT / "_build" / "execution-report.json").read_text())
+    assert report["out_of_date_with_record"] == {}, "run `make record`"
+    ran = sorted({row["docname"] for row in report["blocks"]
+                  if row["status"] in ("ran", "expected-error")})
+    assert ran == []
 
 
 def chapter_count(site: Path) -> int:

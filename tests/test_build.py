@@ -134,10 +134,10 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
 def test_warm_rebuild_executes_nothing(site):
     copy = site("basic")
     first = copy.build()
-    assert f"{BASIC_BLOCKS} blocks: 11 ran, 0 cached, 0 failed (1 skipped)" in first.status
+    assert f"{BASIC_BLOCKS} blocks: 11 ran, 0 cached, 0 from the record, 0 failed (1 skipped)" in first.status
     again = copy.build()
     assert "executing" not in again.status
-    assert f"{BASIC_BLOCKS} blocks: 0 ran, 11 cached, 0 failed (1 skipped)" in again.status
+    assert f"{BASIC_BLOCKS} blocks: 0 ran, 11 cached, 0 from the record, 0 failed (1 skipped)" in again.status
 
 
 def test_prose_and_display_edits_execute_nothing(site):

@@ -24,6 +24,7 @@ BAD_VALUES = [
     ("verified_pages", [3], "verified_pages must be a list of page names"),
     ("verified_worker_cores", -1, "verified_worker_cores must be an integer from 0"),
     ("verified_worker_cores", 4096, "verified_worker_cores must be an integer from 0"),
+    ("verified_fresh", 2, "verified_fresh must be True or False"),
     ("verified_matrix", [3], "verified_matrix: each entry is a version string"),
     ("verified_matrix", ["0.4.38", "0.4.38"], "verified_matrix: a name is given twice"),
     ("verified_platforms", [3], "verified_platforms: each entry is a platform name or a dict"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from verified.gate import BlockGate
-from verified.model import DocJob, DocSettings
+from verified.model import Block, DocJob, DocSettings
 from verified.schedule import known_durations, run_order, scheduled
 
 
@@ -51,6 +51,18 @@ def test_pages_run_longest_first_and_untimed_pages_before_all():
     jobs = [DocJob(name, f"{name}.md", DocSettings(), ()) for name in ("a", "b", "c", "new")]
     order = run_order(jobs, {"a": 3.0, "b": 40.0, "c": 12.5})
     assert [job.docname for job in order] == ["new", "b", "c", "a"]
+
+
+def test_untimed_pages_that_time_statements_run_first():
+    """A page never timed is long when it holds many %timeit: each runs its statement seven
+    times over at least 0.2 s."""
+    def page(name, *sources):
+        return DocJob(name, f"{name}.md", DocSettings(),
+                      tuple(Block(index, index + 1, source) for index, source in enumerate(sources)))
+
+    jobs = [page("a", "x = 1"), page("b", "%timeit f()"),
+            page("c", "%timeit f()", "g()\n  %timeit g()\n"), page("d", "%%timeit\nf()")]
+    assert [job.docname for job in run_order(jobs, {})] == ["c", "b", "d", "a"]
 
 
 def test_pages_of_several_processes_run_first():

@@ -6,6 +6,8 @@ The pipeline, one module per phase:
     collect.py    read a page's blocks and settings from its source, and key them
     state.py      what one build knows: configuration, collected pages, results, records
     schedule.py   before Sphinx reads, run the pages that need it, concurrently
+    replay.py     a page's verified record stands in for running it, when it is of exactly
+                  what would run
     execute.py    run one page in a fresh subprocess (worker.py is the child side)
     multiprocess.py  run a page as N cooperating processes (multi-host JAX), in lock-step
                   (driver.py: what both drivers share; gate.py: the gate and the slots)

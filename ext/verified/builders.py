@@ -23,11 +23,13 @@ from sphinx.builders import Builder
 from sphinx.errors import SphinxError
 from sphinx.util import logging
 
+from .collect import job_key
 from .driver import fallback_environment
 from .execute import run_document
 from .mistakes import page_mistakes, target_absent
 from .model import FAILED, DocResult
 from .record import RecordedBlock, compare, make_record, record_path, write_record
+from .replay import IMAGES, prune_images, write_images
 from .schedule import run_pages
 from .state import relative, state
 from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, dependent_failures,
@@ -144,7 +146,8 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
 
 
 class RecordBuilder(_ExecutingBuilder):
-    """``make record``: writes ``record/<page>.json`` from a fresh, clean run of every page."""
+    """``make record``: writes ``record/<page>.json`` from a fresh, clean run of every page,
+    with its key and its images (``record/images/``), so that it can stand in for a run."""
 
     name = "record"
     epilog = "Verified record written to the record directory"
@@ -158,7 +161,10 @@ class RecordBuilder(_ExecutingBuilder):
                                location=(docname, 1), type="verified", subtype="record")
                 written.add(record_path(build.config.record_dir, docname))
                 continue
-            path = write_record(build.config.record_dir, make_record(found.job.blocks, result))
+            record = make_record(found.job.blocks, result)
+            record.key = job_key(found.job, build.record_identity)  # it may stand in for a run
+            write_images(build.config.record_dir, result)
+            path = write_record(build.config.record_dir, record)
             written.add(path)
             logger.info(f"wrote {_shown(path)} ({len(found.job.blocks)} blocks; its captions "
                         f"now name this machine)")
@@ -166,11 +172,13 @@ class RecordBuilder(_ExecutingBuilder):
             return  # a partial run keeps the other pages' records
         record_dir = Path(build.config.record_dir)
         for stale in record_dir.rglob("*.json"):
-            if stale.relative_to(record_dir).parts[0] in TARGET_DIRS:
+            if stale.relative_to(record_dir).parts[0] in (*TARGET_DIRS, IMAGES):
                 continue  # the targets' records: `make matrix` and `make platform` keep them
             if stale not in written:
                 stale.unlink()
                 logger.info(f"removed stale record {stale}")
+        for image in prune_images(record_dir):
+            logger.info(f"removed an image no record names: {image}")
 
 
 def _shown(path: Path) -> str:

@@ -203,15 +203,26 @@ def _version(package: str) -> str | None:
         return None
 
 
-def environment_identity(extra_env: dict[str, str], worker_cores: int = 0) -> dict:
-    """The parts of the executing environment that can change an output."""
+def record_identity(extra_env: dict[str, str]) -> dict:
+    """The part of the environment a verified record must share with this build to stand in
+    for running the page here (``replay.py``): the Python minor version, the jax and jaxlib
+    versions, the platform and the configured variables. Not the machine: the record's
+    caption names the machine it ran on."""
     return {
-        "worker": hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest(),
-        "python": sys.version,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "jax": _version("jax"),
         "jaxlib": _version("jaxlib"),
         "platform": f"{sys.platform}-{platform.machine()}",
         "env": sorted(extra_env.items()),
+    }
+
+
+def environment_identity(extra_env: dict[str, str], worker_cores: int = 0) -> dict:
+    """The parts of the executing environment that can change an output."""
+    return {
+        **record_identity(extra_env),
+        "worker": hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest(),
+        "python": sys.version,
         # XLA:CPU rounds by instruction set and thread count: an ISA cap or fewer cores
         # (taskset, verified_worker_cores) is another output.
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -219,13 +230,18 @@ def environment_identity(extra_env: dict[str, str], worker_cores: int = 0) -> di
     }
 
 
-def with_key(job: DocJob, identity: dict) -> DocJob:
-    """The cache key hashes only what changes the output: code, execution options,
-    document settings and the environment identity; never prose or display options."""
+def job_key(job: DocJob, identity: dict) -> str:
+    """Hashes only what changes the output: code, execution options, document settings and
+    the environment ``identity``; never prose or display options. The execution cache keys
+    by the whole environment, the verified record by ``record_identity``."""
     payload = {
         "environment": identity,
         "settings": job.settings.as_dict(),
         "blocks": [block.execution_identity() for block in job.blocks],
     }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-    return DocJob(job.docname, job.path, job.settings, job.blocks, key=digest)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def with_key(job: DocJob, identity: dict) -> DocJob:
+    """The job with its execution-cache key."""
+    return DocJob(job.docname, job.path, job.settings, job.blocks, key=job_key(job, identity))

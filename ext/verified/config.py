@@ -44,6 +44,9 @@ CONFIG_VALUES: dict[str, tuple[Any, str, tuple[type, ...]]] = {
     # Cores of its own for each page's interpreter (0: it may use every usable core). XLA
     # sizes its thread pool from them: 1 is the one-core profile, pages still side by side.
     "verified_worker_cores": (0, "", (int,)),
+    # Execute every page, reading neither the verified record nor the cache (`make html
+    # FRESH=1`); doctest, record and the target builders always do.
+    "verified_fresh": (False, "", (bool,)),
 }
 
 
@@ -64,6 +67,7 @@ class ExecutionConfig:
     platform_run: frozenset[str] = frozenset()  # the platforms `make platform` runs (all: empty)
     matrix_varies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     worker_cores: int = 0
+    fresh: bool = False
 
 
 def register(app: Sphinx) -> None:
@@ -106,6 +110,11 @@ def validate(app: Sphinx) -> ExecutionConfig:
     if worker_cores:
         jobs = min(jobs or usable, usable // worker_cores)
 
+    fresh = config.verified_fresh
+    if not isinstance(fresh, bool):
+        raise ConfigError(f"verified_fresh must be True or False (-D verified_fresh=1), "
+                          f"got {fresh!r}")
+
     confdir = Path(app.confdir)
     build_root = Path(app.outdir).parent
     platforms = _targets("verified_platforms", parse_platforms, config.verified_platforms,
@@ -127,6 +136,7 @@ def validate(app: Sphinx) -> ExecutionConfig:
         platform_run=platform_run,
         matrix_varies=_matrix_varies(config.verified_matrix_varies),
         worker_cores=worker_cores,
+        fresh=fresh,
     )
 
 

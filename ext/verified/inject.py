@@ -1,9 +1,10 @@
 """Inject: put each page's results into its doctree (Sphinx's ``doctree-read``).
 
 Each ``code_cell`` placeholder becomes the rendered block: the result of this build (run
-now or cached), compared with the verified record for its caption, with one verdict line
-per verified target under it. A block that runs on a platform alone shows that platform's
-recorded output, and prose glued from it reads the same record.
+now, cached, or the verified record's where it stands in for a run), compared with the
+verified record for its caption, with one verdict line per verified target under it. A
+block that runs on a platform alone shows that platform's recorded output, and prose glued
+from it reads the same record.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .locate import failure_line
 from .model import BlockResult, DocResult
 from .record import compare
 from .render import Verification, failure_report, render_block
+from .replay import caption as replay_caption
 from .state import BuildState, state
 from .verdict import label_block, verdict_nodes
 
@@ -132,14 +134,18 @@ def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -
     recorded = record.block_for(block, build.collected[docname].job.blocks) if record else None
     comparison = compare(block, block_result, recorded, build.config.normalizers,
                          record.environment.jax if record else None)
-    return Verification(comparison, recorded, record.environment if record else None)
+    verification = Verification(comparison, recorded, record.environment if record else None)
+    if comparison.verdict == "unchecked" and build.from_record(docname):
+        verification.caption = replay_caption(record.environment)
+    return verification
 
 
 def result_for(app: Sphinx, docname: str) -> DocResult | None:
-    """This build's result for a page (executed now, or from the cache), if it has one."""
+    """This build's result for a page (executed now, or from the record or the cache), if
+    it has one."""
     build = state(app)
     if docname in build.results:
         return build.results[docname]
     found = build.collected.get(docname)
-    return build.cached(found) if found and found.job.blocks else None
+    return build.stored(found) if found and found.job.blocks else None
 

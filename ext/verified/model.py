@@ -15,6 +15,7 @@ from .tolerance import Tolerance
 # Block statuses, as they appear in the execution report.
 RAN = "ran"
 CACHED = "cached"
+FROM_RECORD = "from-record"  # shown from the verified record, which stood in for a run
 EXPECTED_ERROR = "expected-error"
 FAILED = "failed"
 SKIPPED = "skipped"

@@ -73,6 +73,9 @@ class Record:
     environment: Environment
     blocks: list[RecordedBlock]
     duration: float | None = None  # the page's execution seconds when recorded (scheduling)
+    # What ran (``collect.job_key`` over ``record_identity``): the record stands in for a run
+    # of the same (replay.py). Records made before it have none and never do.
+    key: str = ""
 
     def block_for(self, block: Block, blocks: tuple[Block, ...] = ()) -> RecordedBlock | None:
         """The recorded block of the same source, in page order (``align.py``): with the
@@ -148,6 +151,7 @@ def read_record(record_dir: Path, docname: str) -> Record | None:
         docname=data["docname"],
         environment=Environment(**data["environment"]),
         duration=data.get("duration"),
+        key=data.get("key", ""),
         blocks=[
             RecordedBlock(
                 line=b["line"],

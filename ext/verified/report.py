@@ -10,7 +10,7 @@ from dataclasses import asdict
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from .model import CACHED, FAILED, NOT_RUN, SKIPPED
+from .model import CACHED, FAILED, FROM_RECORD, NOT_RUN, SKIPPED
 from .state import has_state, relative, state
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,8 @@ def block_statuses(app: Sphinx) -> list[dict]:
         result = build.results.get(docname)
         executed = docname in build.executed
         if result is None and not found.problems:
-            result = build.cached(found)
+            result = build.stored(found)
+        stored = FROM_RECORD if build.from_record(docname) else CACHED
         for problem in found.problems:
             rows.append({"document": relative(found.job.path, app.srcdir), "docname": docname,
                          "line": problem.line, "status": FAILED, "duration": 0.0,
@@ -44,7 +45,7 @@ def block_statuses(app: Sphinx) -> list[dict]:
             elif executed or block_result.status in (FAILED, SKIPPED, NOT_RUN):
                 status, duration = block_result.status, block_result.duration
             else:
-                status, duration = CACHED, block_result.duration
+                status, duration = stored, block_result.duration
             rows.append({
                 "document": relative(found.job.path, app.srcdir),
                 "docname": docname,
@@ -106,12 +107,18 @@ def on_build_finished(app: Sphinx, exception) -> None:
              for docname in sorted(build.executed)]
     path = build.config.report_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"builder": app.builder.name, "pages": pages, "blocks": rows},
+    # Each page whose record could not stand in for running it, and why.
+    out_of_date = {docname: replayed.reason for docname, replayed in sorted(build.replays.items())
+                   if replayed.reason}
+    path.write_text(json.dumps({"builder": app.builder.name, "pages": pages, "blocks": rows,
+                                "out_of_date_with_record": out_of_date},
                                indent=1) + "\n", encoding="utf-8")
     counts = {status: sum(1 for r in rows if r["status"] == status)
-              for status in ("ran", "expected-error", "cached", "failed", "skipped", "not-run")}
+              for status in ("ran", "expected-error", CACHED, FROM_RECORD, "failed", "skipped",
+                             "not-run")}
     summary = (f"{len(rows)} blocks: {counts['ran'] + counts['expected-error']} ran, "
-               f"{counts['cached']} cached, {counts['failed']} failed")
+               f"{counts[CACHED]} cached, {counts[FROM_RECORD]} from the record, "
+               f"{counts['failed']} failed")
     extra = [f"{counts[s]} {s}" for s in ("skipped", "not-run") if counts[s]]
     elsewhere = sum(1 for r in rows if r["status"] == ELSEWHERE)
     if elsewhere:

@@ -28,6 +28,7 @@ from .execute import run_document
 from .gate import BlockGate, Slots
 from .mistakes import page_mistakes
 from .record import recorded_duration
+from .replay import log_replays
 from .state import state
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
     """Pages whose key or record changed (new JAX, edited code, re-recorded) or whose
-    cached result is gone."""
+    stored result (record or cache) is gone; in a fresh build, every page that runs."""
     build = state(app)
     stamps = getattr(env, "verified_stamps", {})
     outdated = []
@@ -44,7 +45,7 @@ def on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
         if found is None or not (found.job.blocks or found.problems):
             continue
         if (found.problems or stamps.get(docname) != build.read_stamp(found)
-                or build.cached(found) is None):
+                or build.stored(found) is None):
             outdated.append(docname)
     return outdated
 
@@ -68,11 +69,13 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         env.verified_stamps[docname] = build.read_stamp(found)
         if found.problems:
             continue  # reported, located, when the page is read
-        cached = None if build.fresh else build.cached(found)
-        if cached is not None:
-            build.results[docname] = cached
+        stored = build.stored(found)
+        if stored is not None:
+            build.results[docname] = stored
         else:
             to_run.append(found.job)
+    log_replays({docname: build.replays[docname] for docname in docnames
+                 if docname in build.replays})
     if to_run:
         _run_all(app, to_run)
 
@@ -97,10 +100,19 @@ def known_durations(config: config_module.ExecutionConfig, docnames) -> dict[str
 def run_order(jobs: list, durations: dict[str, float]) -> list:
     """Pages of several processes first: each holds several cores, so at the start it waits
     for no running page and keeps none waiting. Then pages never timed (they may be long),
-    then by last known time, longest first, so that the cores finish together."""
+    those that time statements with IPython first, then by last known time, longest first,
+    so that the cores finish together."""
     return sorted(jobs, key=lambda job: (job.settings.processes <= 1,
                                          job.docname in durations,
-                                         -durations.get(job.docname, 0.0), job.docname))
+                                         -durations.get(job.docname, timed_statements(job)),
+                                         job.docname))
+
+
+def timed_statements(job) -> int:
+    """How many ``%timeit`` and ``%%timeit`` a page's blocks hold: each runs its statement
+    seven times over at least 0.2 s, so a page never timed that holds many is a long one."""
+    return sum(line.lstrip().startswith(("%timeit", "%%timeit"))
+               for block in job.blocks for line in block.source.splitlines())
 
 
 def scheduled(config: config_module.ExecutionConfig, jobs: list) -> tuple[list, list]:

@@ -16,9 +16,10 @@ from sphinx.application import Sphinx
 
 from . import config as config_module
 from .cache import ExecutionCache
-from .collect import Collected, collect, environment_identity, with_key
+from .collect import Collected, collect, environment_identity, record_identity, with_key
 from .model import DocResult
 from .record import Record, normalizer_names, read_record, record_path
+from .replay import Replay, replay
 from .verdict import TargetRecords
 
 FRESH_BUILDERS = ("doctest", "record")
@@ -31,12 +32,14 @@ class BuildState:
     config: config_module.ExecutionConfig
     cache: ExecutionCache
     identity: dict
-    fresh: bool  # execute everything, read nothing from the cache
+    fresh: bool  # execute everything, read nothing from the record or the cache
+    record_identity: dict = field(default_factory=dict)  # what a record must share (replay.py)
     collected: dict[str, Collected] = field(default_factory=dict)
     results: dict[str, DocResult] = field(default_factory=dict)
     executed: set[str] = field(default_factory=set)
     records: dict[str, Record | None] = field(default_factory=dict)
     cache_reads: dict[str, DocResult | None] = field(default_factory=dict)
+    replays: dict[str, Replay] = field(default_factory=dict)
     comparison_failed: bool = False  # set by the comparing builders
     targets: TargetRecords | None = None  # the other targets' records (captions)
 
@@ -46,6 +49,28 @@ class BuildState:
         if docname not in self.cache_reads:
             self.cache_reads[docname] = self.cache.load(docname, found.job.key)
         return self.cache_reads[docname]
+
+    def replayed(self, found: Collected) -> Replay:
+        """The page's result rebuilt from its verified record, or why the record cannot stand
+        in for running it (replay.py); worked out once per build."""
+        docname = found.job.docname
+        if docname not in self.replays:
+            self.replays[docname] = replay(found.job, self.record_for(docname),
+                                           self.record_identity, self.config.record_dir)
+        return self.replays[docname]
+
+    def stored(self, found: Collected) -> DocResult | None:
+        """A result this build need not execute the page for: its verified record's, when
+        the record is of exactly what would run here, else the cache's. None in a fresh
+        build, which executes every page."""
+        if self.fresh:
+            return None
+        return self.replayed(found).result or self.cached(found)
+
+    def from_record(self, docname: str) -> bool:
+        """Whether this build shows the page's blocks from its verified record."""
+        replayed = self.replays.get(docname)
+        return not self.fresh and replayed is not None and replayed.result is not None
 
     def selected(self, docname: str) -> bool:
         """Whether a fresh build (doctest, record) executes this page."""
@@ -97,7 +122,8 @@ def on_builder_inited(app: Sphinx) -> None:
         config=validated,
         cache=ExecutionCache(validated.cache_dir),
         identity=environment_identity(validated.env, validated.worker_cores),
-        fresh=app.builder.name in FRESH_BUILDERS,
+        fresh=app.builder.name in FRESH_BUILDERS or validated.fresh,
+        record_identity=record_identity(validated.env),
         targets=TargetRecords(validated),
     )
 

@@ -13,6 +13,7 @@ Standard library and IPython only: this runs in the reader's interpreter, not in
 
 from __future__ import annotations
 
+import atexit
 import base64
 import datetime
 import faulthandler
@@ -465,6 +466,13 @@ def main() -> None:
     emit({"event": "environment", "environment": _environment()})
     emit({"event": "done"})
     events.close()
+    # Everything is with the parent. The exit handlers run (the page's, and JAX's, which
+    # shut jax.distributed down), then the interpreter ends without tearing down its
+    # modules: that takes half a second with JAX loaded, and the page's slot would wait.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
