@@ -16,6 +16,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+from .hang import SlowNotice
 from .model import DocJob, DocSettings, Environment, Output
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -138,13 +139,18 @@ def limit_source(block, job: DocJob, default_timeout: float) -> str:
 
 def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tuple[list, str | None]:
     """Waits for events until the earliest limit in ``limits`` passes: the ready events,
-    or no events and what the passed limit means."""
-    deadline, meaning = min(limits.values(), default=(float("inf"), ""),
-                            key=lambda limit: limit[0])
-    now = time.monotonic()
-    if now >= deadline:
-        return [], meaning
-    return selector.select(timeout=None if deadline == float("inf") else deadline - now), None
+    or no events and what the passed limit means. A block's slow notice (``limits["notice"]``)
+    is no limit: when it is due it is said on the console, and the wait goes on."""
+    while True:
+        deadline, meaning = min(limits.values(), default=(float("inf"), ""),
+                                key=lambda limit: limit[0])
+        now = time.monotonic()
+        if now < deadline:
+            return selector.select(timeout=None if deadline == float("inf")
+                                   else deadline - now), None
+        if not isinstance(meaning, SlowNotice):
+            return [], meaning
+        limits["notice"] = meaning.say()
 
 
 def kill(process: subprocess.Popen) -> None:

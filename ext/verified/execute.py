@@ -120,9 +120,6 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     try:
         while not finished and failure is None:
             ready, failure = select_within_limits(selector, limits)
-            if isinstance(failure, SlowNotice):  # not a limit: the console hears of it
-                limits["notice"], failure = failure.say(), None
-                continue
             if failure is not None:
                 break
             if not ready:

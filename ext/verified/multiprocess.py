@@ -216,9 +216,6 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
     try:
         while failure is None and not failed_block and not all(w.done for w in workers):
             ready, failure = select_within_limits(selector, limits)
-            if isinstance(failure, SlowNotice):  # not a limit: the console hears of it
-                limits["notice"], failure = failure.say(), None
-                continue
             if failure is not None:
                 break
             for key, _ in ready:
