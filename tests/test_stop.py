@@ -35,7 +35,8 @@ def _hung_build(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     marker = tmp_path / "pids"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "ext"), "HANG_MARKER": str(marker)}
     build = subprocess.Popen(
-        [sys.executable, "-m", "sphinx", "-b", "html", str(tmp_path / "site"),
+        # faulthandler: a build that does not end can be asked for its threads' stacks (SIGABRT)
+        [sys.executable, "-X", "faulthandler", "-m", "sphinx", "-b", "html", str(tmp_path / "site"),
          str(tmp_path / "out"), "-d", str(tmp_path / "doctrees"),
          "-D", f"verified_cache_dir={tmp_path / 'cache'}",
          "-D", f"verified_report={tmp_path / 'report.json'}"],
@@ -57,6 +58,18 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
     return False
 
 
+def _wait_or_show_stacks(build: subprocess.Popen, signum: int, seconds: float) -> None:
+    """Waits for the build to end; if it does not, fails with its output and where each of
+    its threads was (faulthandler's dump on SIGABRT), which a rare hang needs to be found."""
+    try:
+        build.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.kill(build.pid, signal.SIGABRT)
+        output = build.communicate(timeout=10)[0].decode(errors="replace")
+        pytest.fail(f"the build did not end within {seconds} s of {signal.Signals(signum).name}; "
+                    f"its output and threads:\n{output[-6000:]}")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM])
 def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum):
     build, pids = _hung_build(tmp_path)
@@ -64,7 +77,7 @@ def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum
         assert all(_alive(pid) for pid in pids)
         started = time.monotonic()
         os.killpg(build.pid, signum)  # as the terminal does: to the build's process group
-        build.wait(timeout=5)
+        _wait_or_show_stacks(build, signum, 5)
         assert time.monotonic() - started < 2.0
         assert _gone_within(pids, 5.0), "a worker (or what it started) outlived the build"
         assert build.returncode != 0
