@@ -28,6 +28,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _as_a_foreground_job() -> None:
+    """SIGINT at its default in the build, as in a terminal's foreground job: a shell starts a
+    background job (``make test &``, a CI runner's) with SIGINT ignored, which the build would
+    inherit, and an interpreter that starts with SIGINT ignored keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _hung_build(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """``sphinx-build`` of a page whose block loops forever (and started a child that does):
     the build, in a session of its own as a terminal's job is, and the page's two pids."""
@@ -40,7 +47,8 @@ def _hung_build(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
          str(tmp_path / "out"), "-d", str(tmp_path / "doctrees"),
          "-D", f"verified_cache_dir={tmp_path / 'cache'}",
          "-D", f"verified_report={tmp_path / 'report.json'}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=_as_a_foreground_job)
     deadline = time.monotonic() + 60
     while not (marker.exists() and len(marker.read_text().split()) == 2):
         assert time.monotonic() < deadline and build.poll() is None, build.stdout.read()
