@@ -124,14 +124,6 @@ def _has_tag(cell: nbformat.NotebookNode, tag: str) -> bool:
     return tag in cell.get("metadata", {}).get("tags", [])
 
 
-def page_environment_of(app: Sphinx, docname: str) -> dict[str, str]:
-    """What the engine sets for the page before JAX starts, but the platform."""
-    build = state(app)
-    found = build.collected.get(docname)
-    return notebook_environment(found.job.settings if found else DocSettings(),
-                                build.config.env)
-
-
 def notebook_environment(settings: DocSettings, configured: dict[str, str]) -> dict[str, str]:
     """``page_environment`` without the platform (``JAX_PLATFORMS``): the course pins its own
     runs to the CPU; a reader's notebook runs where it is."""
@@ -139,8 +131,10 @@ def notebook_environment(settings: DocSettings, configured: dict[str, str]) -> d
                                        if name != "JAX_PLATFORMS"})
 
 
-def notebook_check_of(app: Sphinx, docname: str) -> NotebookCheck | None:
-    """The page's blocks and every record of it, from this build's state."""
+def notebook_check_of(app: Sphinx, docname: str, causes: tuple[list[Cause], str]
+                      ) -> NotebookCheck | None:
+    """The page's blocks and every record of it, from this build's state; ``causes``: the
+    Platforms page's (``platform_causes``, read once per build)."""
     build = state(app)
     found = build.collect(app.env, docname)
     if found is None or not found.job.blocks:
@@ -148,16 +142,17 @@ def notebook_check_of(app: Sphinx, docname: str) -> NotebookCheck | None:
     blocks, settings = found.job.blocks, found.job.settings
     targets = [(target, build.targets.get(target, docname)) for target in build.targets.targets]
     data = check_data(blocks, build.record_for(docname), targets, build.config.normalizers,
-                      block_causes(app, docname))
-    return NotebookCheck(page_environment_of(app, docname), settings, data)
+                      block_causes(app, docname, causes))
+    return NotebookCheck(notebook_environment(settings, build.config.env), settings, data)
 
 
-def block_causes(app: Sphinx, docname: str) -> dict[int, str]:
+def block_causes(app: Sphinx, docname: str, causes_and_where: tuple[list[Cause], str]
+                 ) -> dict[int, str]:
     """Each block of the page that a cause of the Platforms page explains (its verdicts on
     the verified platforms, from the records, as that page finds them)."""
     build = state(app)
     found = build.collect(app.env, docname)
-    causes, where = platform_causes(app)
+    causes, where = causes_and_where
     record = build.record_for(docname)
     verdicts = [(block, item) for block in found.job.blocks
                 for item in build.targets.verdicts(
@@ -223,12 +218,13 @@ def on_build_finished(app: Sphinx, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     target = Path(app.outdir, "_downloads", "chapters")
+    causes = platform_causes(app)
     for chapter in ordered(app.env):
         source = Path(app.env.doc2path(chapter.docname))
         result = with_platform_outputs(app, chapter.docname,
                                        result_for(app, chapter.docname))
         try:
-            notebook = make_notebook(source, result, notebook_check_of(app, chapter.docname),
+            notebook = make_notebook(source, result, notebook_check_of(app, chapter.docname, causes),
                                      text_context_of(app, chapter.docname, result))
         except Exception as err:  # jupytext refuses the page: say where, build the rest
             logger.warning(f"no notebook download: jupytext cannot read the page: {err}",

@@ -17,6 +17,7 @@ import verified
 from verified.model import FAILED, Block, DocSettings, Output
 from verified.pages import Cause, PlatformsMatrix
 from verified.record import Record, source_digest
+from verified.selfcheck import MARK
 from verified.target_record import FAILED_BECAUSE, NOT_RUN_THERE, TargetRecord
 from verified.targets import PLATFORM, Target
 from verified.verdict import Verdict
@@ -24,7 +25,6 @@ from verified.verdict import Verdict
 # The modules the kernel needs, in import order: the engine's comparison and the check.
 # They import only the standard library, IPython and each other (a test holds them to it).
 MODULES = ("tolerance", "model", "align", "record", "selfcheck")
-MARK = "# course-check"
 CPU_LABEL = "CPU"
 
 
@@ -60,8 +60,8 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
     if main is not None:
         records.append({"name": "cpu", "label": CPU_LABEL, "backend": "cpu", "device_kind": "",
                         "jax": main.environment.jax or "", "date": main.environment.date,
-                        "blocks": {str(b.index): _recorded(main.block_for(b)) for b in blocks
-                                   if main.block_for(b) is not None}})
+                        "blocks": {str(b.index): _recorded(recorded) for b in blocks
+                                   if (recorded := main.block_for(b)) is not None}})
     elsewhere: dict[str, list[dict]] = {}
     fails: set[int] = set()  # blocks that raise on some target, unasked
     for target, record in targets:

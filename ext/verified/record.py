@@ -82,8 +82,10 @@ class Record:
         page's ``blocks``, a block moved down by an insertion above it still has its own;
         without them, the one at the same position."""
         if blocks:
-            alignment = self.__dict__.setdefault(  # not a field: records are written by fields
-                "_alignment", Alignment([b.source_sha256 for b in self.blocks]))
+            alignment = self.__dict__.get("_alignment")
+            if alignment is None:  # not a field: records are written by fields
+                alignment = self.__dict__["_alignment"] = Alignment(
+                    [b.source_sha256 for b in self.blocks])
             index = alignment.pairs(blocks, source_digest).get(block.index)
             return None if index is None else self.blocks[index]
         if block.index < len(self.blocks):
