@@ -39,6 +39,15 @@ class Build:
                 if ": WARNING: " in line or ": ERROR: " in line]
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def strip_colours(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 

@@ -10,10 +10,10 @@ import re
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest import alive
 from verified.model import Block, BlockResult, ErrorInfo, Output
 from verified.gate import Slots
 from verified.multiprocess import combine
@@ -106,14 +106,6 @@ def test_a_collective_one_process_never_joins_is_stopped_at_the_time_limit(site,
     assert elapsed < 60  # bounded by the block's limit, not by JAX's own (minutes) timeouts
 
 
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in status  # a zombie has ended; only its parent's reaping is left
-
-
 def test_a_worker_killed_mid_block_leaves_no_process_of_the_page(site, tmp_path):
     folder = tmp_path / "pids"
     folder.mkdir()
@@ -144,7 +136,7 @@ def test_a_worker_killed_mid_block_leaves_no_process_of_the_page(site, tmp_path)
         "process 1: died: the interpreter crashed (SIGKILL); all 2 processes were stopped"]
     pids = [int((folder / name).read_text()) for name in
             ("worker-0", "worker-1", "child-0", "child-1")]
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
 
 
 def test_a_page_of_n_processes_holds_n_slots_first_come_first_served():

@@ -13,19 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ROOTS
+from conftest import ROOT, ROOTS, alive
 
 from verified.execute import run_document
 from verified.model import Block, DocJob, DocSettings
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _as_a_foreground_job() -> None:
@@ -60,7 +51,7 @@ def _hung_build(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
 def _gone_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in pids):
+        if not any(alive(pid) for pid in pids):
             return True
         time.sleep(0.05)
     return False
@@ -82,7 +73,7 @@ def _wait_or_show_stacks(build: subprocess.Popen, signum: int, seconds: float) -
 def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum):
     build, pids = _hung_build(tmp_path)
     try:
-        assert all(_alive(pid) for pid in pids)
+        assert all(alive(pid) for pid in pids)
         started = time.monotonic()
         os.killpg(build.pid, signum)  # as the terminal does: to the build's process group
         _wait_or_show_stacks(build, signum, 5)
@@ -91,7 +82,7 @@ def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum
         assert build.returncode != 0
     finally:
         for pid in [build.pid, *pids]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -106,7 +97,7 @@ def test_a_worker_ends_when_its_build_is_killed(tmp_path):
         assert _gone_within([worker], 5.0), "the worker outlived its killed build"
     finally:
         for pid in pids:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -175,11 +166,11 @@ def test_without_the_parent_death_signal_the_watch_ends_the_page():
                               stdout=subprocess.PIPE, text=True)
     pids = [int(pid) for pid in parent.stdout.readline().split()]
     try:
-        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
         parent.kill()
         parent.wait()
         assert _gone_within(pids, 5.0), "the page outlived its parent without the signal"
     finally:
         for pid in pids:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)

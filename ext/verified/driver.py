@@ -115,8 +115,8 @@ def timeout_for(block, job: DocJob, default_timeout: float) -> float:
 
 
 def start_limits(limits: dict, block, job: DocJob, default_timeout: float) -> None:
-    """A block has started: its own time limit runs from now, and so does the page's
-    budget if this is the first block."""
+    """A block has started: its own time limit and its slow notice run from now, and so does
+    the page's budget if this is the first block."""
     now = time.monotonic()
     if "budget" not in limits and job.settings.budget:
         limits["budget"] = (now + job.settings.budget,
@@ -125,6 +125,14 @@ def start_limits(limits: dict, block, job: DocJob, default_timeout: float) -> No
     timeout = timeout_for(block, job, default_timeout)
     limits["block"] = (now + timeout, f"timed out after {timeout:g} s (the block's time limit, "
                                       f"{limit_source(block, job, default_timeout)})")
+    limits["notice"] = SlowNotice.start(f"{os.path.relpath(job.path)}:{block.line}",
+                                        timeout).say_at()
+
+
+def end_block_limits(limits: dict) -> None:
+    """A block has ended: its time limit and its slow notice with it (the budget runs on)."""
+    limits.pop("block", None)
+    limits.pop("notice", None)
 
 
 def limit_source(block, job: DocJob, default_timeout: float) -> str:

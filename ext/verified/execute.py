@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from . import stop
-from .driver import (STARTUP_LIMIT, WORKER, describe_exit, fallback_environment, kill,
-                     partial_outputs, select_within_limits, start_limits, timeout_for,
-                     worker_env)
+from .driver import (STARTUP_LIMIT, WORKER, describe_exit, end_block_limits,
+                     fallback_environment, kill, partial_outputs, select_within_limits,
+                     start_limits, worker_env)
 from .gate import BlockGate
-from .hang import SlowNotice, dump_stack, stuck_at
+from .hang import dump_stack, stuck_at
 from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
 from .multiprocess import run_multiprocess_document
 
@@ -153,14 +153,10 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                     running = message["index"]
                     block = blocks_by_index[running]
                     start_limits(limits, block, job, default_timeout)
-                    limits["notice"] = SlowNotice.start(
-                        f"{os.path.relpath(job.path)}:{block.line}",
-                        timeout_for(block, job, default_timeout)).say_at()
                 elif kind == "block":
                     results.append(block_result_from_json(message["result"]))
                     running = None
-                    limits.pop("block", None)
-                    limits.pop("notice", None)
+                    end_block_limits(limits)
                     if held:
                         gate.downgrade()
                         held = False

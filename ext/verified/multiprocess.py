@@ -38,16 +38,16 @@ from .driver import (
     STARTUP_LIMIT,
     WORKER,
     describe_exit,
+    end_block_limits,
     fallback_environment,
     partial_outputs,
     select_within_limits,
     start_limits,
-    timeout_for,
     worker_env,
 )
 from . import stop
 from .gate import BlockGate
-from .hang import SlowNotice, dump_stack, stuck_at
+from .hang import dump_stack, stuck_at
 from .model import (
     EXPECTED_ERROR,
     FAILED,
@@ -204,8 +204,7 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         result = combine(blocks[index], [w.results[index] for w in workers])
         combined.append(result)
         running = None
-        limits.pop("block", None)
-        limits.pop("notice", None)
+        end_block_limits(limits)
         limits.pop("grace", None)
         if held:
             gate.downgrade()
@@ -245,9 +244,6 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
             if running is not None and "block" not in limits and any(
                     w.running == running or running in w.results for w in workers):
                 start_limits(limits, blocks[running], job, default_timeout)
-                limits["notice"] = SlowNotice.start(
-                    f"{os.path.relpath(job.path)}:{blocks[running].line}",
-                    timeout_for(blocks[running], job, default_timeout)).say_at()
             # Every process is ready for the same block: let them all start it together.
             indexes = {w.ready for w in workers}
             if len(indexes) == 1 and None not in indexes and running is None:
