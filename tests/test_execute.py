@@ -82,6 +82,27 @@ def test_xla_slow_compile_alarm_is_not_block_output():
     assert kinds(run(f"import os; os.write(2, {SLOW_COMPILE_ALARM.encode()!r});").blocks[0]) == []
 
 
+HOST_ADVISORY_WARNING = (
+    "Transparent hugepages are not enabled. TPU runtime startup and shutdown time should be "
+    "significantly improved on TPU v5e and newer.")
+
+
+def test_the_tpu_runtime_s_advice_about_the_host_is_not_a_block_warning():
+    """Whichever block first opens the chip gets it: it describes the VM, not the block."""
+    result = run("import warnings\n"
+                 f"warnings.warn({HOST_ADVISORY_WARNING!r}, UserWarning)\n"
+                 "warnings.warn('its own', UserWarning)")
+    assert result.blocks[0].status == "ran"
+    assert [w.message for w in result.blocks[0].warnings] == ["its own"]
+
+
+def test_the_worker_s_own_modules_are_not_the_snippets():
+    """The worker runs as a script beside the engine's modules: a snippet's imports find only
+    what the reader's interpreter has."""
+    result = run("import capture_rules", b0={"raises": "ModuleNotFoundError"})
+    assert result.blocks[0].status == "expected-error"
+
+
 # A thread that computes outside the GIL for a while, as XLA does after a cell has returned.
 BUSY_THREAD = ("import hashlib, threading, time\n"
                "def compute(seconds):\n"

@@ -11,9 +11,9 @@ from html import unescape
 import pytest
 
 from conftest import html_table
-from verified.model import FAILED, NOT_RUN, RAN, Block, BlockResult, ErrorInfo
+from verified.model import FAILED, FAILED_BECAUSE, NOT_RUN, RAN, Block, BlockResult, ErrorInfo
 from verified.pages import PageVerdicts, minimum_version
-from verified.target_record import FAILED_BECAUSE, assigned_names, dependent_failures
+from verified.target_record import assigned_names, dependent_failures
 from verified.targets import VERSION, Target
 from verified.verdict import FAILS, SAME, Verdict
 

@@ -17,6 +17,7 @@ import nbformat
 import pytest
 
 from conftest import ROOTS
+from test_execute import HOST_ADVISORY_WARNING, SLOW_COMPILE_ALARM
 from course.downloads import NotebookCheck, make_notebook
 from course.notebook_check import MODULES, check_data, module_sources
 from course.notebook_text import Reading, TextContext, render_markdown
@@ -259,6 +260,12 @@ def test_too_few_devices_is_what_the_set_up_cell_says(tmp_path):
         "the top.")
 
 
+LOADED_MACHINE = (
+    "import sys, warnings\n"
+    f"sys.stderr.write({SLOW_COMPILE_ALARM!r})\n"
+    f"warnings.warn({HOST_ADVISORY_WARNING!r}, UserWarning)\n"
+    "print('computed')")
+
 PLAIN_IPYTHON = """
 import json, sys
 from IPython.core.interactiveshell import InteractiveShell
@@ -280,18 +287,22 @@ def test_in_plain_ipython_too(recorded_root, tmp_path, monkeypatch):
 
     _, data = _check(recorded_root)
     # A block whose trailing value is its output, as the page's worker records it, and one
-    # that raises: a terminal prints both on stdout.
+    # that raises: a terminal prints both on stdout. And one that, on the reader's machine,
+    # also gets what the worker does not record: XLA's slow-compile alarm on stderr and the
+    # TPU runtime's advice about the host.
     for index, (source, status, outputs) in enumerate((
             ("2 + 2", "ran", [{"kind": "result", "text": "4"}]),
-            ("{}['x']", "expected-error", [{"kind": "error", "text": "KeyError: 'x'"}])), 7):
+            ("{}['x']", "expected-error", [{"kind": "error", "text": "KeyError: 'x'"}]),
+            (LOADED_MACHINE, "ran", [{"kind": "stdout", "text": "computed\n"}])), 7):
         data["blocks"].append({**data["blocks"][0], "index": index, "line": 90 + index,
-                               "digest": source_digest(source), "raises": None if index == 7
-                               else "KeyError"})
+                               "digest": source_digest(source), "raises": "KeyError"
+                               if index == 8 else None})
         data["records"][0]["blocks"][str(index)] = {"status": status, "outputs": outputs,
                                                     "warnings": []}
     notebook = _notebook(recorded_root, data)
     notebook.cells[-1:-1] = [nbformat.v4.new_code_cell("2 + 2"),
-                             nbformat.v4.new_code_cell("{}['x']")]
+                             nbformat.v4.new_code_cell("{}['x']"),
+                             nbformat.v4.new_code_cell(LOADED_MACHINE)]
     notebook.cells.append(nbformat.v4.new_code_cell("2 + 3"))  # not the page's
     path = tmp_path / "index.ipynb"
     nbformat.write(notebook, path)
@@ -304,7 +315,10 @@ def test_in_plain_ipython_too(recorded_root, tmp_path, monkeypatch):
                      "varies from run to run (not compared)",
                      "same output as recorded on CPU",
                      "raised KeyError, as recorded on CPU",
+                     "same output as recorded on CPU",
                      "not in the record: this cell's code is not the page's"]
+    assert "Very slow compile?" in done.stderr  # the reader still sees both
+    assert "Transparent hugepages" in done.stderr
     assert "Out[" in done.stdout  # the terminal showed the value; the check did not count it
 
 

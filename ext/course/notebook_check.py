@@ -14,17 +14,17 @@ from typing import Any
 import nbformat
 
 import verified
-from verified.model import FAILED, Block, DocSettings, Output
+from verified.model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, Block, DocSettings, Output
 from verified.pages import Cause, PlatformsMatrix
 from verified.record import Record, source_digest
 from verified.selfcheck import MARK
-from verified.target_record import FAILED_BECAUSE, NOT_RUN_THERE, TargetRecord
+from verified.target_record import TargetRecord
 from verified.targets import PLATFORM, Target
 from verified.verdict import Verdict
 
 # The modules the kernel needs, in import order: the engine's comparison and the check.
 # They import only the standard library, IPython and each other (a test holds them to it).
-MODULES = ("tolerance", "model", "align", "record", "selfcheck")
+MODULES = ("tolerance", "model", "align", "record", "capture_rules", "selfcheck")
 CPU_LABEL = "CPU"
 
 

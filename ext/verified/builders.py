@@ -27,14 +27,13 @@ from .collect import job_key
 from .driver import fallback_environment
 from .execute import run_document
 from .mistakes import page_mistakes, target_absent
-from .model import FAILED, DocResult
+from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, DocResult
 from .record import RecordedBlock, compare, make_record, record_path, write_record
 from .replay import IMAGES, prune_images, write_images
 from .schedule import run_pages
 from .state import relative, state
-from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, dependent_failures,
-                            make_target_record, not_run_record, read_target_record,
-                            target_record_dir, write_target_record)
+from .target_record import (dependent_failures, make_target_record, not_run_record,
+                            read_target_record, target_record_dir, write_target_record)
 from .targets import PLATFORM, TARGET_DIRS, VERSION, Target, job_for, probe
 from .verdict import as_on_target
 

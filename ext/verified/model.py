@@ -20,6 +20,10 @@ EXPECTED_ERROR = "expected-error"
 FAILED = "failed"
 SKIPPED = "skipped"
 NOT_RUN = "not-run"
+# Statuses of a target's record (another JAX, a platform): a block that raised only because an
+# earlier block of the page failed (or crashed), and one of a page that does not run there.
+FAILED_BECAUSE = "failed-because"
+NOT_RUN_THERE = "not-run-there"
 
 
 @dataclass(frozen=True)

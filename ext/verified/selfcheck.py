@@ -1,7 +1,8 @@
 """A chapter notebook checks itself where the reader runs it.
 
 The notebook download carries this module, the engine's own comparison (``record.py`` with
-``model.py`` and ``tolerance.py``, the same source, not a copy) and the page's records. Its
+``model.py`` and ``tolerance.py``) and capture rules (``capture_rules.py``: what of a cell's
+streams is its output), the same source, not a copy, and the page's records. Its
 set-up cell sets what the page needs before JAX starts, says which platform it found and which
 record it compares with; after every cell one line says how the cell's output compares with
 that record, under the block's own tolerance and ``:output:`` declarations; a last cell prints
@@ -20,7 +21,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import EXPECTED_ERROR, FAILED, RAN, Block, BlockResult, Output, WarningRecord
+from .capture_rules import block_stderr, block_stdout, is_block_warning, raised_as_declared
+from .model import (EXPECTED_ERROR, FAILED, FAILED_BECAUSE, RAN, Block, BlockResult, Output,
+                    WarningRecord)
 from .record import RecordedBlock, compare, source_digest
 from .tolerance import Tolerance
 
@@ -35,8 +38,6 @@ TOTAL_WORDS = ((SAME, "same"), (DIFFERS, "differ"), (VARIES, "vary (not compared
                (RAISED, "raised as recorded"), (UNRECORDED, "not in the record"),
                (UNVERIFIED, "not yet verified there"), (ELSEWHERE, "run on another platform only"),
                (UNCOMPARED, "not compared (exercises, skip-execution, colour drawings)"))
-FAILED_BECAUSE = "failed-because"  # a target record's status (target_record.py)
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RICH = '<pre style="white-space:pre;overflow-x:auto;line-height:normal'  # rich's HTML
 _FIGURE = "<Figure>"  # a figure's text names its size in the renderer's pixels: not compared
 # Where a cell's code lives, as JAX's messages name it: IPython's ``<ipython-input-13-…>``
@@ -239,15 +240,17 @@ class Capture:
         self.sink.append(("result", dict(format_dict)))
 
     def _warning(self, message, category, filename, lineno, file=None, line=None) -> None:
-        self.warnings.append(WarningRecord(category.__name__, str(message)))
+        if is_block_warning(str(message)):
+            self.warnings.append(WarningRecord(category.__name__, str(message)))
         self._stderr(warnings.formatwarning(message, category, filename, lineno, line))
 
     def outputs(self) -> list[Output]:
-        found = [Output(name, _ANSI.sub("", "".join(self.texts[name])))
-                 for name in ("stdout", "stderr") if "".join(self.texts[name])]
+        streams = (("stdout", block_stdout("".join(self.texts["stdout"]))),
+                   ("stderr", block_stderr("".join(self.texts["stderr"]))))
+        found = [Output(name, text) for name, text in streams if text]
         for kind, data in self.sink:
             image = {mime: value for mime, value in data.items() if mime == "image/png"}
-            found.append(Output(kind, _ANSI.sub("", data.get("text/plain", "")), image,
+            found.append(Output(kind, block_stdout(data.get("text/plain", "")), image,
                                 data.get("name", "")))
         return found
 
@@ -288,21 +291,15 @@ def _comparable(outputs: list[Output]) -> list[Output]:
     return shown
 
 
-def _matches(raises: str, mro: list[str]) -> bool:
-    if not raises:
-        return True
-    return any(name == raises or name.rsplit(".", 1)[-1] == raises for name in mro)
-
-
 def live_result(block: Block, capture: Capture, error: BaseException | None) -> BlockResult:
     """What the cell did, as a ``BlockResult`` with the worker's statuses."""
     outputs = capture.outputs()
     status = RAN
     if error is not None:
         text = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
-        outputs.append(Output("error", _ANSI.sub("", text)))
+        outputs.append(Output("error", block_stdout(text)))
         mro = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__]
-        status = EXPECTED_ERROR if block.raises is not None and _matches(block.raises, mro) \
+        status = EXPECTED_ERROR if block.raises is not None and raised_as_declared(block.raises, mro) \
             else FAILED
     elif block.raises is not None:
         status = FAILED

@@ -19,9 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+# Records made before the worker left the host advisory out still hold it: read without it.
+from .capture_rules import is_block_warning
 from .model import (
     FAILED,
+    FAILED_BECAUSE,
     NOT_RUN,
+    NOT_RUN_THERE,
     SKIPPED,
     Block,
     BlockResult,
@@ -32,12 +36,6 @@ from .model import (
 )
 from .record import BUILTIN_NORMALIZERS, source_digest
 from .targets import Target
-from .worker import HOST_ADVISORY  # records made before the worker left it out still hold it
-
-# A block that raised only because an earlier block of the page failed (or crashed).
-FAILED_BECAUSE = "failed-because"
-# A block of a page that does not run on the target at all (the record says why).
-NOT_RUN_THERE = "not-run-there"
 
 @dataclass
 class TargetBlock:
@@ -117,7 +115,7 @@ def read_target_record(record_dir: Path, target: Target, docname: str) -> Target
             line=b["line"], source_sha256=b["source_sha256"], status=b["status"],
             outputs=[Output(**o) for o in b["outputs"]],
             warnings=[WarningRecord(**w) for w in b["warnings"]
-                      if not HOST_ADVISORY.match(w["message"])],
+                      if is_block_warning(w["message"])],
             error=b.get("error", ""), because=b.get("because"))
             for b in data["blocks"]],
     )

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from docutils import nodes
 
 from .align import align
-from .model import FAILED, Block, DocSettings
+from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, Block, DocSettings
 from .record import RecordedBlock, compare, source_digest
 from .render import folded, output_nodes
-from .target_record import (FAILED_BECAUSE, NOT_RUN_THERE, TargetBlock, TargetRecord,
-                            read_target_record, target_record_path)
+from .target_record import (TargetBlock, TargetRecord, read_target_record,
+                            target_record_path)
 from .targets import PLATFORM, Target
 
 # Verdicts, as captions, the generated pages and the report name them.

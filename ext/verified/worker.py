@@ -30,18 +30,21 @@ import traceback
 import warnings
 from typing import Any
 
+if __package__:  # imported by the engine, as verified.worker
+    from .capture_rules import (block_stderr, block_stdout, is_block_warning,
+                                raised_as_declared)
+else:  # run as a script: the file beside this one, loaded unregistered, so that a snippet's
+    # imports find only what the reader's interpreter has
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "verified_capture_rules", os.path.join(os.path.dirname(__file__), "capture_rules.py"))
+    _rules = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_rules)
+    block_stderr, block_stdout = _rules.block_stderr, _rules.block_stdout
+    is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
+
 IMAGE_DPI = 110
-# Terminal colour codes (JAX colours a jaxpr's repr): a page shows plain text.
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# XLA's alarm for a compilation that outlasts its deadline: a log line from
-# slow_operation_alarm.cc and the banner after it. It reports how loaded the machine was at that
-# moment, not what the block did, so it is not part of the block's output.
-SLOW_OPERATION_ALARM = re.compile(
-    r"^[IWEF]\d{4} [\d:.]+\s+\d+ slow_operation_alarm\.cc:\d+\][^\n]*\n"
-    r"(?:[ \t]*\n|\*+\n|\[Compiling module [^\n]*\n)*", re.MULTILINE)
-# The TPU runtime's advice about the host VM (transparent hugepages), warned once per process
-# by whichever block first opens the chip: the machine's configuration, not block output.
-HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
 # A block has ended when the work it started has: JAX dispatches asynchronously, so XLA may
 # still be computing after the cell returns. The worker waits until no other thread of its
 # process is running or waiting for a core and the process used less than SETTLE_BUSY of a
@@ -51,11 +54,6 @@ SETTLE_WINDOW = 0.002
 SETTLE_BUSY = 0.25
 SETTLE_LIMIT = 2.0
 PARENT_WATCH = 0.5  # seconds between two looks at whether the build that started us is alive
-
-
-def block_stderr(text: str) -> str:
-    """The block's stderr as a reader should see it: no colour codes, no machine-load alarms."""
-    return SLOW_OPERATION_ALARM.sub("", ANSI_ESCAPE.sub("", text))
 
 
 def _open_events(fd: int):
@@ -190,13 +188,6 @@ def _format_error(exc: BaseException, cell_names: dict[str, int]) -> dict[str, A
     }
 
 
-def _matches(raises: str, mro: list[str]) -> bool:
-    """An empty name accepts any exception; otherwise the type or a base must match."""
-    if not raises:
-        return True
-    return any(name == raises or name.rsplit(".", 1)[-1] == raises for name in mro)
-
-
 # XLA:CPU's instruction-set levels (the values of --xla_cpu_max_isa), lowest first, and the
 # /proc/cpuinfo flag that shows a CPU has each.
 ISA_LEVELS = (("SSE4_2", "sse4_2"), ("AVX", "avx"), ("AVX2", "avx2"), ("AVX512", "avx512f"))
@@ -325,21 +316,22 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     stdout, stderr = capture.end(index)
 
     outputs: list[dict[str, Any]] = []
+    stdout = block_stdout(stdout)
     if stdout:
-        outputs.append({"kind": "stdout", "text": ANSI_ESCAPE.sub("", stdout), "data": {}})
+        outputs.append({"kind": "stdout", "text": stdout, "data": {}})
     stderr = block_stderr(stderr)
     if stderr:
         outputs.append({"kind": "stderr", "text": stderr, "data": {}})
     for kind, data in sink:
         name = data.pop("name", "") if kind == "glue" else ""
-        text = ANSI_ESCAPE.sub("", data.pop("text/plain", ""))
+        text = block_stdout(data.pop("text/plain", ""))
         kept = {mime: value for mime, value in data.items() if mime == "image/png"}
         outputs.append({"kind": kind, "text": text, "data": kept, "name": name})
 
     cell_names = {name: number for name, number in shell.compile._filename_map.items()}
     warning_records = []
     for item in caught:
-        if HOST_ADVISORY.match(str(item.message)):
+        if not is_block_warning(str(item.message)):
             continue
         line = item.lineno if item.filename in cell_names else None
         warning_records.append({
@@ -353,9 +345,9 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     raises = block.get("raises")
     status, failure = "ran", None
     if error is not None:
-        error["traceback"] = ANSI_ESCAPE.sub("", error["traceback"])
+        error["traceback"] = block_stdout(error["traceback"])
         outputs.append({"kind": "error", "text": error["traceback"], "data": {}})
-        if raises is not None and _matches(raises, error["mro"]):
+        if raises is not None and raised_as_declared(raises, error["mro"]):
             status = "expected-error"
         elif raises:
             status, failure = "failed", (

@@ -1,0 +1,45 @@
+"""What of a running block's streams and warnings is the block's own output.
+
+One set of rules for the two places a block is captured: the page's worker (``worker.py``),
+which records it, and a chapter notebook's check (``selfcheck.py``), which compares a reader's
+run with that record. Standard library only: both run in the reader's interpreter.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Terminal colour codes (JAX colours a jaxpr's repr): a page shows plain text.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# XLA's alarm for a compilation that outlasts its deadline: a log line from
+# slow_operation_alarm.cc and the banner after it. It reports how loaded the machine was at that
+# moment, not what the block did, so it is not part of the block's output.
+SLOW_OPERATION_ALARM = re.compile(
+    r"^[IWEF]\d{4} [\d:.]+\s+\d+ slow_operation_alarm\.cc:\d+\][^\n]*\n"
+    r"(?:[ \t]*\n|\*+\n|\[Compiling module [^\n]*\n)*", re.MULTILINE)
+# The TPU runtime's advice about the host VM (transparent hugepages), warned once per process
+# by whichever block first opens the chip: the machine's configuration, not block output.
+HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
+
+
+def block_stdout(text: str) -> str:
+    """The block's stdout as a reader should see it: no colour codes."""
+    return ANSI_ESCAPE.sub("", text)
+
+
+def block_stderr(text: str) -> str:
+    """The block's stderr as a reader should see it: no colour codes, no machine-load alarms."""
+    return SLOW_OPERATION_ALARM.sub("", ANSI_ESCAPE.sub("", text))
+
+
+def is_block_warning(message: str) -> bool:
+    """Whether a warning is the block's, rather than advice about the machine it ran on."""
+    return not HOST_ADVISORY.match(message)
+
+
+def raised_as_declared(raises: str, mro: list[str]) -> bool:
+    """Whether an exception is the one a block's ``:raises:`` names: an empty name accepts any
+    exception; otherwise the type or a base, by its qualified or its plain name."""
+    if not raises:
+        return True
+    return any(name == raises or name.rsplit(".", 1)[-1] == raises for name in mro)
