@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from verified.align import align, cell_names
-from verified.model import Block, Environment
+from verified.model import Block, Environment, Output
 from verified.record import Record, RecordedBlock, source_digest
 
 INSERTED = """
@@ -50,7 +50,21 @@ def test_record_block_for_follows_the_alignment():
     now = tuple(Block(i, i, s) for i, s in enumerate(["a = 1", "new = 0", "a += 1", "print(a)"]))
     assert [record.block_for(b, now) for b in now] == [record.blocks[0], None,
                                                        record.blocks[1], record.blocks[2]]
-    assert record.block_for(now[2]) is None  # by position alone, it would be new
+
+
+def test_a_notebook_compares_a_moved_block_with_its_own_record():
+    """The notebook's check pairs blocks as the page does: a block moved down by an inserted
+    one keeps its record (by position, the record's block 1 would be no block's)."""
+    from course.notebook_check import check_data
+
+    sources = ["a = 1", "a += 1", "print(a)"]
+    record = Record("page", Environment(date="2026-01-01"), [
+        RecordedBlock(line=i, source_sha256=source_digest(s), status="ran",
+                      outputs=[Output("stdout", f"{i}\n")]) for i, s in enumerate(sources)])
+    now = tuple(Block(i, i, s) for i, s in enumerate(["a = 1", "new = 0", "a += 1", "print(a)"]))
+    cpu = check_data(now, record, [], {})["records"][0]["blocks"]
+    assert {index: block["outputs"][0]["text"] for index, block in cpu.items()} == {
+        "0": "0\n", "2": "1\n", "3": "2\n"}
 
 
 def _insert(copy):

@@ -81,12 +81,13 @@ def test_record_round_trip_and_match(tmp_path):
     timed = dataclasses.replace(result(), duration=12.34)
     write_record(tmp_path / "timed", make_record((block,), timed))
     assert read_record(tmp_path / "timed", "part/page").duration == 12.3  # scheduling
-    assert compare(block, result().blocks[0], again.block_for(block), {}).verdict == "match"
+    assert compare(block, result().blocks[0], again.block_for(block, (block,)), {}).verdict == "match"
 
 
 def test_changed_source_is_unrecorded(tmp_path):
     record = make_record((Block(0, 3, "print(42)"),), result())
-    assert record.block_for(Block(0, 3, "print(43)")) is None
+    edited = Block(0, 3, "print(43)")
+    assert record.block_for(edited, (edited,)) is None
 
 
 def test_mismatch_gives_a_unified_diff():

@@ -157,7 +157,8 @@ def block_causes(app: Sphinx, docname: str, causes_and_where: tuple[list[Cause],
     verdicts = [(block, item) for block in found.job.blocks
                 for item in build.targets.verdicts(
                     docname, block, found.job.blocks,
-                    record.block_for(block) if record else None, found.job.settings,
+                    record.block_for(block, found.job.blocks) if record else None,
+                    found.job.settings,
                     build.config.platforms)]
     return explained_blocks(docname, verdicts, causes, where)
 

@@ -61,7 +61,7 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
         records.append({"name": "cpu", "label": CPU_LABEL, "backend": "cpu", "device_kind": "",
                         "jax": main.environment.jax or "", "date": main.environment.date,
                         "blocks": {str(b.index): _recorded(recorded) for b in blocks
-                                   if (recorded := main.block_for(b)) is not None}})
+                                   if (recorded := main.block_for(b, blocks)) is not None}})
     elsewhere: dict[str, list[dict]] = {}
     fails: set[int] = set()  # blocks that raise on some target, unasked
     for target, record in targets:

@@ -83,7 +83,7 @@ def raised_everywhere(build, env) -> list[Raised]:
                 entry.where.append(where)
 
         for block in blocks:
-            recorded = record.block_for(block) if record else None
+            recorded = record.block_for(block, blocks) if record else None
             if recorded is not None and recorded.status in (EXPECTED_ERROR, FAILED):
                 for output in recorded.outputs:
                     if output.kind == "error":

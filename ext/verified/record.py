@@ -77,22 +77,17 @@ class Record:
     # of the same (replay.py). Records made before it have none and never do.
     key: str = ""
 
-    def block_for(self, block: Block, blocks: tuple[Block, ...] = ()) -> RecordedBlock | None:
-        """The recorded block of the same source, in page order (``align.py``): with the
-        page's ``blocks``, a block moved down by an insertion above it still has its own;
-        without them, the one at the same position."""
-        if blocks:
-            alignment = self.__dict__.get("_alignment")
-            if alignment is None:  # not a field: records are written by fields
-                alignment = self.__dict__["_alignment"] = Alignment(
-                    [b.source_sha256 for b in self.blocks])
-            index = alignment.pairs(blocks, source_digest).get(block.index)
-            return None if index is None else self.blocks[index]
-        if block.index < len(self.blocks):
-            recorded = self.blocks[block.index]
-            if recorded.source_sha256 == source_digest(block.source):
-                return recorded
-        return None
+    def block_for(self, block: Block, blocks: tuple[Block, ...]) -> RecordedBlock | None:
+        """The recorded block of the same source, in the order of the page's ``blocks``
+        (``align.py``): a block moved down by an insertion above it still has its own, and
+        every reader of the record (the page, the report, the Errors page, the notebook)
+        pairs blocks the same way."""
+        alignment = self.__dict__.get("_alignment")
+        if alignment is None:  # not a field: records are written by fields
+            alignment = self.__dict__["_alignment"] = Alignment(
+                [b.source_sha256 for b in self.blocks])
+        index = alignment.pairs(blocks, source_digest).get(block.index)
+        return None if index is None else self.blocks[index]
 
 
 def source_digest(source: str) -> str:
