@@ -93,6 +93,24 @@ def test_a_platform_only_block_is_rendered_from_its_record(platform_site):
         "platform-only"
 
 
+def test_the_notebook_shows_and_explains_what_the_page_does(platform_site):
+    """A chapter's notebook download takes a platform-only block's output from that
+    platform's record, as the page does, and names the Platforms page's cause of each block
+    that differs or fails there."""
+    from course.downloads import block_causes, platform_causes, with_platform_outputs
+    from verified.inject import result_for
+
+    _, _, html = platform_site
+    app = html.app
+    shown = with_platform_outputs(app, "index", result_for(app, "index"))
+    assert [o.text for o in shown.blocks[5].outputs if o.kind == "stdout"] == [
+        "ran where the platform is\n"]
+    assert result_for(app, "index").blocks[5].status == "skipped"  # the main run's own
+    assert block_causes(app, "index", platform_causes(app)) == {
+        1: "The stand-in prints its own name (the Platforms page)",
+        3: "An operation the stand-in lacks (the Platforms page)"}
+
+
 def test_doctest_counts_platform_only_blocks_apart(platform_site):
     copy, _, _ = platform_site
     checked = copy.build("doctest", fresh=True)

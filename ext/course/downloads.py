@@ -8,7 +8,6 @@ make it check itself where the reader runs it (``notebook_check.py``).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 from dataclasses import dataclass
@@ -23,9 +22,9 @@ from sphinx.util import logging
 
 from verified.driver import page_environment
 from verified.glue import glued_values
-from verified.inject import result_for
+from verified.inject import result_for, with_platform_blocks
 from verified.model import DocResult, DocSettings
-from verified.pages import Cause, parse_causes
+from verified.pages import Cause, parse_causes, verdicts_of_page
 from verified.state import state
 
 from .chapters import ordered
@@ -151,15 +150,11 @@ def block_causes(app: Sphinx, docname: str, causes_and_where: tuple[list[Cause],
     """Each block of the page that a cause of the Platforms page explains (its verdicts on
     the verified platforms, from the records, as that page finds them)."""
     build = state(app)
-    found = build.collect(app.env, docname)
     causes, where = causes_and_where
-    record = build.record_for(docname)
-    verdicts = [(block, item) for block in found.job.blocks
-                for item in build.targets.verdicts(
-                    docname, block, found.job.blocks,
-                    record.block_for(block, found.job.blocks) if record else None,
-                    found.job.settings,
-                    build.config.platforms)]
+    page = verdicts_of_page(build, app.env, docname, build.config.platforms)
+    if page is None:
+        return {}
+    verdicts = [pair for platform in page.verdicts.values() for pair in platform]
     return explained_blocks(docname, verdicts, causes, where)
 
 
@@ -206,13 +201,7 @@ def with_platform_outputs(app: Sphinx, docname: str, result: DocResult | None
     found = build.collect(app.env, docname)
     if result is None or found is None:
         return result
-    blocks = list(result.blocks)
-    for block in found.job.blocks:
-        there = build.targets.only_there(docname, block, found.job.blocks) \
-            if block.platform else None
-        if there is not None and block.index < len(blocks):
-            blocks[block.index] = there[2].as_result(block.index)
-    return dataclasses.replace(result, blocks=blocks)
+    return with_platform_blocks(build, docname, found.job.blocks, result)[0]
 
 
 def on_build_finished(app: Sphinx, exception) -> None:

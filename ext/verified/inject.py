@@ -43,7 +43,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     result = build.results.get(docname)
     elsewhere: dict[int, Verification] = {}
     if result is not None:
-        result, elsewhere = _with_platform_blocks(build, docname, found.job.blocks, result)
+        result, elsewhere = with_platform_blocks(build, docname, found.job.blocks, result)
         _warn_duplicate_glue(docname, found.job.blocks, result)
     for node in cells:
         block = by_line.get(node["fence_line"])
@@ -85,10 +85,11 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     glue.resolve(doctree, result if found and found.job.blocks else None, stopped)
 
 
-def _with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
-                          ) -> tuple[DocResult, dict[int, Verification]]:
+def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
+                        ) -> tuple[DocResult, dict[int, Verification]]:
     """The page's result with each block that runs on a platform alone taken from that
-    platform's record (when it holds the block's current source), and how to caption it."""
+    platform's record (when it holds the block's current source), and how to caption it
+    (the page and its notebook show the same outputs)."""
     taken: dict[int, BlockResult] = {}
     captions: dict[int, Verification] = {}
     for block in blocks:

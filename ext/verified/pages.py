@@ -43,22 +43,26 @@ class PageVerdicts:
         return tally
 
 
+def verdicts_of_page(build, env, docname: str, targets: tuple[Target, ...]
+                     ) -> PageVerdicts | None:
+    """Each block's verdict on each target, from the records (None: a page without blocks)."""
+    found = build.collect(env, docname)
+    if found is None or not found.job.blocks:
+        return None
+    record = build.record_for(docname)
+    verdicts: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
+    for block in found.job.blocks:
+        main = record.block_for(block, found.job.blocks) if record else None
+        for item in build.targets.verdicts(docname, block, found.job.blocks, main,
+                                           found.job.settings, targets):
+            verdicts[item.target.name].append((block, item))
+    return PageVerdicts(docname, found.job.blocks, verdicts)
+
+
 def page_verdicts(build, env, targets: tuple[Target, ...]) -> list[PageVerdicts]:
     """Every page with blocks, with each block's verdict on each target (from the records)."""
-    pages = []
-    for docname in sorted(env.found_docs):
-        found = build.collect(env, docname)
-        if found is None or not found.job.blocks:
-            continue
-        record = build.record_for(docname)
-        verdicts: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
-        for block in found.job.blocks:
-            main = record.block_for(block, found.job.blocks) if record else None
-            for item in build.targets.verdicts(docname, block, found.job.blocks, main,
-                                               found.job.settings, targets):
-                verdicts[item.target.name].append((block, item))
-        pages.append(PageVerdicts(docname, found.job.blocks, verdicts))
-    return pages
+    pages = (verdicts_of_page(build, env, docname, targets) for docname in sorted(env.found_docs))
+    return [page for page in pages if page is not None]
 
 
 def version_key(version: str) -> tuple:
