@@ -46,6 +46,14 @@ _CELL_FILE = re.compile(r"<ipython-input-\d+-[0-9a-f]+>|/[^\s:'\"]*/ipykernel_\d
 # XLA's HLO numbers the Python stack frames of an operation's origin, which include the
 # kernel's own frames (a Jupyter kernel has more than the page's worker).
 _STACK_FRAME = re.compile(r"\bstack_frame_id=\d+")
+# JAX names the dtypes of a failed promotion in the order of a set, which follows the
+# interpreter's string hashes: the page's worker fixes the seed (PYTHONHASHSEED=0), a reader's
+# kernel draws its own. Compared as a set.
+_DTYPE_SET = re.compile(r"(?<=Input dtypes \()([^()]*)(?=\))")
+
+
+def _dtypes_sorted(match: re.Match) -> str:
+    return ", ".join(sorted(match.group(1).split(", ")))
 
 
 @dataclass(frozen=True)
@@ -278,10 +286,12 @@ def exception_only(text: str) -> str:
 def _comparable(outputs: list[Output]) -> list[Output]:
     """Outputs as the notebook compares them: an exception without its frames, a figure by
     being one (its text gives the size in the renderer's pixels), a cell's file and HLO's
-    stack frame numbers by being one (each kernel has its own)."""
+    stack frame numbers by being one (each kernel has its own), a failed promotion's dtypes
+    as a set."""
     shown = []
     for output in outputs:
         text = _STACK_FRAME.sub("stack_frame_id=<n>", _CELL_FILE.sub("<cell>", output.text))
+        text = _DTYPE_SET.sub(_dtypes_sorted, text)
         output = dataclasses.replace(output, text=text)
         if output.kind == "error":
             output = dataclasses.replace(output, text=exception_only(output.text))
