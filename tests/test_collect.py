@@ -97,6 +97,22 @@ def test_environment_changes_the_key():
     assert key_of(PAGE) != key_of(PAGE, environment_identity({"JAX_PLATFORMS": "cpu"}))
 
 
+def test_the_capture_rules_are_part_of_the_worker(monkeypatch, tmp_path):
+    """What a block's output is depends on capture_rules.py as much as on worker.py: an edit
+    to either one runs the pages again instead of showing outputs captured by the old rules."""
+    from verified import collect as collect_module
+
+    before = environment_identity({})["worker"]
+    edited = []
+    for path in collect_module.WORKER_SOURCES:
+        copy = tmp_path / path.name
+        copy.write_bytes(path.read_bytes() + (b"# edited\n" if path.name ==
+                                              "capture_rules.py" else b""))
+        edited.append(copy)
+    monkeypatch.setattr(collect_module, "WORKER_SOURCES", tuple(edited))
+    assert environment_identity({})["worker"] != before
+
+
 def test_invalid_cells_are_problems_not_blocks():
     text = dedent("""\
         ```{code-cell} python

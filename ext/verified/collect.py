@@ -27,7 +27,9 @@ from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
 from .model import Block, DocJob, DocSettings
 
-WORKER_SOURCE = Path(__file__).with_name("worker.py")
+# What runs a page: the worker and the rules it captures a block's output by.
+WORKER_SOURCES = tuple(Path(__file__).with_name(name) for name in ("worker.py",
+                                                                    "capture_rules.py"))
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,8 @@ def environment_identity(extra_env: dict[str, str], worker_cores: int = 0) -> di
     """The parts of the executing environment that can change an output."""
     return {
         **record_identity(extra_env),
-        "worker": hashlib.sha256(WORKER_SOURCE.read_bytes()).hexdigest(),
+        "worker": hashlib.sha256(b"".join(path.read_bytes()
+                                          for path in WORKER_SOURCES)).hexdigest(),
         "python": sys.version,
         # XLA:CPU rounds by instruction set and thread count: an ISA cap or fewer cores
         # (taskset, verified_worker_cores) is another output.
