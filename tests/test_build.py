@@ -118,10 +118,13 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: exercise-check, exercise-solution, exercise-starter, hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
         "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
         "badtolerance.md:4: WARNING: 'code-cell': Invalid option value for 'tolerance': rtol=lots: rtol must be a number, got 'lots' [myst.directive_option]",
+        "exclusivevalue.md:4: WARNING: 'code-cell': Invalid option value for 'exclusive': false: takes no value, got 'false'; write the option alone to turn it on, leave it out to turn it off [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
         "misspelt.md:4: WARNING: 'code-cell': Invalid option value for 'raise': ValueError: 'raise' is not an option of code-cell; did you mean 'raises'? [myst.directive_option]",
         "misspelt.md:10: WARNING: 'code-cell': Invalid option value for 'timout': 3: 'timout' is not an option of code-cell; did you mean 'timeout'? [myst.directive_option]",
         "nested.md:4: ERROR: code-cell must be at the top level of the page (a cell nested in another directive cannot run) [verified.nested]",
+        "tagoption.md:4: WARNING: 'code-cell': Invalid option value for 'skip-execution': None: 'skip-execution' is a tag, not an option of code-cell; write :tags: [skip-execution] [myst.directive_option]",
+        "unclosedtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [hide-input: tags must be a YAML list of names, such as [hide-input, raises-exception]; '[hide-input' does not read as one (expected ',' or ']', but got '<stream end>') [myst.directive_option]",
     ]
     metadata = build.html("metadata")  # notebook metadata keys (Colab, RISE) are kept, ignored
     assert "colon form" in metadata and "yaml form" in metadata

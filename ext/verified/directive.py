@@ -47,7 +47,13 @@ def tags_option(argument: str | None) -> tuple[str, ...]:
     """``[a, b]`` (MyST-NB's YAML list) or ``a b``/``a, b``; every tag must be known."""
     text = (argument or "").strip()
     if text.startswith("["):
-        parsed = yaml.safe_load(text)
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or "not YAML"
+            raise ValueError(f"tags must be a YAML list of names, such as [hide-input, "
+                             f"raises-exception]; {text!r} does not read as one "
+                             f"({problem})") from None
         if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
             raise ValueError(f"tags must be a list of names, not {text!r}")
         tags = [t.strip() for t in parsed]
@@ -104,6 +110,15 @@ def platform_option(argument: str | None) -> str:
     return name
 
 
+def flag_option(argument: str | None) -> None:
+    """An option that is on where it is written and takes no value: ``:exclusive:``. A value
+    (``:exclusive: false``) would be read as on; it is refused instead."""
+    if argument and argument.strip():
+        raise ValueError(f"takes no value, got {argument.strip()!r}; write the option alone "
+                         f"to turn it on, leave it out to turn it off")
+    return None
+
+
 def tolerance_option(argument: str | None) -> Tolerance | str:
     """``rtol=1e-5``, ``atol=1e-8 rtol=1e-4``, ``rtol=0.01 integers``, or ``exact``
     (which turns off the page's default tolerance)."""
@@ -142,6 +157,11 @@ class CellOptionSpec(dict):
     that names the option meant."""
 
     def __missing__(self, key: str):
+        if key in KNOWN_TAGS:  # ``:skip-execution:``: a tag written as an option
+            def tag(argument: str | None) -> None:
+                raise ValueError(f"{key!r} is a tag, not an option of code-cell; write "
+                                 f":tags: [{key}]")
+            return tag
         meant = sorted(self, key=lambda option: edit_distance(key, option))
         if key not in NOTEBOOK_METADATA_KEYS and meant and edit_distance(key, meant[0]) <= 2:
             def misspelt(argument: str | None) -> None:
@@ -166,7 +186,7 @@ class CodeCellDirective(SphinxDirective):
         "timeout": timeout_option,
         "normalize": normalize_option,
         "tolerance": tolerance_option,
-        "exclusive": directives.flag,
+        "exclusive": flag_option,
         "platform": platform_option,
     })
 
