@@ -105,7 +105,8 @@ def test_failures_are_located_and_the_others_still_run(site):
 
 
 def test_invalid_cells_are_located_and_fail_the_build(site):
-    build = site("options").build()
+    options = site("options")
+    build = options.build()
     assert build.app.statuscode == 1
     assert error_heads(build) == [
         "badglue.md:3: WARNING: glue 'known' glued again: prose shows the last value [verified.glue]",
@@ -118,11 +119,13 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "badtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [raises-exeption]: unknown tag(s) raises-exeption; known tags: exercise-check, exercise-solution, exercise-starter, hide-input, hide-output, raises-exception, remove-cell, remove-input, remove-output, remove-stderr, skip-execution [myst.directive_option]",
         "badtimeout.md:4: WARNING: 'code-cell': Invalid option value for 'timeout': -1: timeout must be positive, got '-1' [myst.directive_option]",
         "badtolerance.md:4: WARNING: 'code-cell': Invalid option value for 'tolerance': rtol=lots: rtol must be a number, got 'lots' [myst.directive_option]",
+        "bigglue.md:9: ERROR: glue 'fact': cannot format '78865786736479050355236321393218506229513597768717…' as '.3e': int too large to convert to float [verified.glue]",
         "exclusivevalue.md:4: WARNING: 'code-cell': Invalid option value for 'exclusive': false: takes no value, got 'false'; write the option alone to turn it on, leave it out to turn it off [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
         "misspelt.md:4: WARNING: 'code-cell': Invalid option value for 'raise': ValueError: 'raise' is not an option of code-cell; did you mean 'raises'? [myst.directive_option]",
         "misspelt.md:10: WARNING: 'code-cell': Invalid option value for 'timout': 3: 'timout' is not an option of code-cell; did you mean 'timeout'? [myst.directive_option]",
         "nested.md:4: ERROR: code-cell must be at the top level of the page (a cell nested in another directive cannot run) [verified.nested]",
+        "noblocksglue.md:3: ERROR: glue 'answer': this page has no code-cell to glue it [verified.glue]",
         "tagoption.md:4: WARNING: 'code-cell': Invalid option value for 'skip-execution': None: 'skip-execution' is a tag, not an option of code-cell; write :tags: [skip-execution] [myst.directive_option]",
         "unclosedtag.md:4: WARNING: 'code-cell': Invalid option value for 'tags': [hide-input: tags must be a YAML list of names, such as [hide-input, raises-exception]; '[hide-input' does not read as one (expected ',' or ']', but got '<stream end>') [myst.directive_option]",
     ]
@@ -132,6 +135,11 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
     good = build.html("good")
     assert "0xff" in good and 'details class="cell-reveal hide-input"' in good
     assert "frontmatter" not in build.status or "executed frontmatter" not in build.status
+    # Built again unchanged, the pages whose glue is wrong are read again and say so again.
+    again = options.build()
+    assert [line for line in error_heads(again) if "[verified.glue]" in line] == [
+        line for line in error_heads(build) if "[verified.glue]" in line]
+    assert again.app.statuscode == 1
 
 
 def test_warm_rebuild_executes_nothing(site):

@@ -105,11 +105,13 @@ def glued_values(result: DocResult) -> dict[str, str]:
 
 
 def resolve(doctree: nodes.document, result: DocResult | None,
-            stopped: int | None = None) -> None:
+            stopped: int | None = None) -> bool:
     """Replaces every ``glue_ref`` with its value's text; unknown names are located errors.
     ``stopped``: the line of the page's failed block, if one failed; a name no block glued
-    then may be one a block after it never got to glue, and the error says so."""
+    then may be one a block after it never got to glue, and the error says so. Returns
+    whether it reported a problem."""
     values = glued_values(result) if result else {}
+    reported = False
     for node in list(doctree.findall(glue_ref)):
         key = node["key"]
         if result is None:
@@ -119,17 +121,22 @@ def resolve(doctree: nodes.document, result: DocResult | None,
             known = ", ".join(sorted(values)) or "none"
             why = (f"no value: the page stopped at its failed block (line {stopped}, reported "
                    f"above) before any block glued it" if stopped is not None else
+                   "this page has no code-cell to glue it" if not result.blocks else
                    f"no block of this page glued that name (glued: {known})")
             logger.error(f"glue {key!r}: {why}", location=node, type="verified",
                          subtype="glue")
+            reported = True
             node.replace_self([])
             continue
         try:
             text = format_plain_text(values[key], node["format_spec"])
-        except (TypeError, ValueError) as err:
-            logger.error(f"glue {key!r}: cannot format {values[key]!r} as "
+        except (TypeError, ValueError, OverflowError) as err:
+            shown = values[key] if len(values[key]) <= 60 else values[key][:50] + "…"
+            logger.error(f"glue {key!r}: cannot format {shown!r} as "
                          f"{node['format_spec']!r}: {err}",
                          location=node, type="verified", subtype="glue")
+            reported = True
             node.replace_self([])
             continue
         node.replace_self(nodes.inline(text, text, classes=["glued"]))
+    return reported

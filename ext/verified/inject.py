@@ -18,7 +18,7 @@ from sphinx.util import logging
 from . import glue
 from .directive import code_cell
 from .locate import failure_line
-from .model import BlockResult, DocResult
+from .model import BlockResult, DocResult, Environment
 from .record import compare
 from .render import Verification, failure_report, render_block
 from .replay import caption as replay_caption
@@ -42,9 +42,10 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     by_line = {block.line: block for block in found.job.blocks} if found else {}
     result = build.results.get(docname)
     elsewhere: dict[int, Verification] = {}
+    glue_problems = False
     if result is not None:
         result, elsewhere = with_platform_blocks(build, docname, found.job.blocks, result)
-        _warn_duplicate_glue(docname, found.job.blocks, result)
+        glue_problems = _warn_duplicate_glue(docname, found.job.blocks, result)
     for node in cells:
         block = by_line.get(node["fence_line"])
         if result is not None and (block is None or block.source != node["source"]):
@@ -82,7 +83,15 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     # After the blocks' errors: a name a failed block never got to glue follows from them.
     stopped = next((block.line for block in found.job.blocks if not block.platform
                     and result.blocks[block.index].failed), None) if result else None
-    glue.resolve(doctree, result if found and found.job.blocks else None, stopped)
+    if found is not None and not found.job.blocks:  # nothing on the page can glue a value
+        result = DocResult(docname, "", Environment(), [])
+    elif not (found and found.job.blocks):
+        result = None
+    glue_problems |= glue.resolve(doctree, result, stopped)
+    if glue_problems:
+        # The page's doctree is kept while its text and results stay as they are: read it
+        # again next build, so that the problem is reported until it is mended.
+        app.env.note_reread()
 
 
 def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
@@ -118,8 +127,10 @@ def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocRes
     return dataclasses.replace(result, blocks=merged), captions
 
 
-def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> None:
+def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> bool:
+    """Warns at each block that glues a name again; whether any did."""
     seen: set[str] = set()
+    warned = False
     for block in blocks:
         for output in result.blocks[block.index].outputs:
             if output.kind == "glue":
@@ -127,7 +138,9 @@ def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> None:
                     logger.warning(f"glue {output.name!r} glued again: prose shows the last value",
                                    location=(docname, block.line), type="verified",
                                    subtype="glue")
+                    warned = True
                 seen.add(output.name)
+    return warned
 
 
 def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
