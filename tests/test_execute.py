@@ -82,6 +82,28 @@ def test_xla_slow_compile_alarm_is_not_block_output():
     assert kinds(run(f"import os; os.write(2, {SLOW_COMPILE_ALARM.encode()!r});").blocks[0]) == []
 
 
+def test_a_block_s_stream_is_kept_up_to_its_limit():
+    """A runaway print loop: the page and the build keep the first MiB and say how much
+    more there was, whether the block ends or its time limit stops it."""
+    from verified.capture_rules import STREAM_LIMIT
+    from verified.render import failure_report
+
+    three = "import sys\nfor _ in range(3 * 1024):\n    sys.stdout.write('y' * 1023 + '\\n')"
+    (block,) = run(three).blocks
+    assert block.status == "ran"
+    text = block.outputs[0].text
+    assert text.endswith("\n[output cut at 1 MiB: the block wrote 3.0 MiB]\n")
+    assert len(text.encode()) < STREAM_LIMIT + 100
+    endless = run("import sys\nwhile True:\n    sys.stdout.write('y' * 1023 + '\\n')",
+                  timeout=1.0)
+    (stopped,) = endless.blocks
+    assert stopped.status == "failed" and stopped.failure.startswith("timed out after 1 s")
+    assert len(stopped.outputs[0].text.encode()) < STREAM_LIMIT + 100
+    assert "[output cut at 1 MiB: the block wrote " in stopped.outputs[0].text
+    report = failure_report(Block(0, 1, "..."), stopped)
+    assert len(report) < 60_000 and "earlier lines are on the page]" in report
+
+
 HOST_ADVISORY_WARNING = (
     "Transparent hugepages are not enabled. TPU runtime startup and shutdown time should be "
     "significantly improved on TPU v5e and newer.")

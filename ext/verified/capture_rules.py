@@ -7,7 +7,13 @@ run with that record. Standard library only: both run in the reader's interprete
 
 from __future__ import annotations
 
+import os
 import re
+
+# What of a block's stdout or stderr is kept: a loop that prints without end until its time
+# limit would otherwise put hundreds of megabytes into the page and the build's memory. The
+# course's longest output is a few kilobytes.
+STREAM_LIMIT = 1 << 20
 
 # Terminal colour codes (JAX colours a jaxpr's repr): a page shows plain text.
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -20,6 +26,19 @@ SLOW_OPERATION_ALARM = re.compile(
 # The TPU runtime's advice about the host VM (transparent hugepages), warned once per process
 # by whichever block first opens the chip: the machine's configuration, not block output.
 HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
+
+
+def read_stream(path: str) -> str:
+    """A block's captured stream (a file the worker routed its descriptor to), up to
+    ``STREAM_LIMIT`` bytes, with a line that says how much more it wrote."""
+    with open(path, "rb") as handle:
+        data = handle.read(STREAM_LIMIT)
+        size = os.fstat(handle.fileno()).st_size
+    text = data.decode("utf-8", errors="replace")
+    if size > STREAM_LIMIT:
+        text += (f"\n[output cut at {STREAM_LIMIT / 2**20:g} MiB: the block wrote "
+                 f"{size / 2**20:.1f} MiB]\n")
+    return text
 
 
 def block_stdout(text: str) -> str:

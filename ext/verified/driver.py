@@ -16,6 +16,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+from .capture_rules import read_stream
 from .hang import SlowNotice
 from .model import DocJob, DocSettings, Environment, Output
 
@@ -94,7 +95,7 @@ def partial_outputs(capture_dir: str, index: int) -> list[Output]:
     for kind in ("stdout", "stderr"):
         path = Path(capture_dir, f"{index}.{kind}")
         if path.exists():
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = read_stream(str(path))
             if text:
                 outputs.append(Output(kind=kind, text=text))
     return outputs

@@ -250,6 +250,17 @@ def folded(summary: str, kind: str, *content: nodes.Node) -> reveal:
     return folded
 
 
+REPORT_LINES = 40  # of a failed block's captured stream, in the build's error
+
+
+def _last_lines(text: str) -> str:
+    lines = text.split("\n")
+    if len(lines) <= REPORT_LINES:
+        return text
+    return "\n".join([f"[{len(lines) - REPORT_LINES} earlier lines are on the page]",
+                      *lines[-REPORT_LINES:]])
+
+
 def failure_report(block: Block, result: BlockResult, where: str = "") -> str:
     """The text of the located build error for a failed block (``where``: " on tpu-v5e"
     for a block that runs on a platform alone, from that platform's record)."""
@@ -259,10 +270,10 @@ def failure_report(block: Block, result: BlockResult, where: str = "") -> str:
             lines.append(output.text)
     captured = [o for o in result.outputs if o.kind in ("stdout", "stderr") and o.text]
     for output in captured:
-        lines.append(f"--- captured {output.kind} ---\n{output.text.rstrip()}")
+        lines.append(f"--- captured {output.kind} ---\n{_last_lines(output.text.rstrip())}")
     for other in result.others:  # a multi-process page: what each further process did
         shown = [o for o in other.outputs if o.kind in ("error", "stdout", "stderr") and o.text]
         for output in shown:
             lines.append(f"--- process {other.process}: {output.kind} ---\n"
-                         f"{output.text.rstrip()}")
+                         f"{_last_lines(output.text.rstrip())}")
     return "\n".join(lines)

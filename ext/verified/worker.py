@@ -32,7 +32,7 @@ from typing import Any
 
 if __package__:  # imported by the engine, as verified.worker
     from .capture_rules import (block_stderr, block_stdout, is_block_warning,
-                                raised_as_declared)
+                                raised_as_declared, read_stream)
 else:  # run as a script: the file beside this one, loaded unregistered, so that a snippet's
     # imports find only what the reader's interpreter has
     import importlib.util
@@ -43,6 +43,7 @@ else:  # run as a script: the file beside this one, loaded unregistered, so that
     _spec.loader.exec_module(_rules)
     block_stderr, block_stdout = _rules.block_stderr, _rules.block_stdout
     is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
+    read_stream = _rules.read_stream
 
 IMAGE_DPI = 110
 # A block has ended when the work it started has: JAX dispatches asynchronously, so XLA may
@@ -84,11 +85,8 @@ class Capture:
         sys.stderr.flush()
         os.dup2(self.saved[0], 1)
         os.dup2(self.saved[1], 2)
-        texts = []
-        for path in self.paths(index):
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                texts.append(handle.read())
-        return texts[0], texts[1]
+        stdout, stderr = (read_stream(path) for path in self.paths(index))
+        return stdout, stderr
 
 
 def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
