@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -102,6 +103,30 @@ def test_a_block_s_stream_is_kept_up_to_its_limit():
     assert "[output cut at 1 MiB: the block wrote " in stopped.outputs[0].text
     report = failure_report(Block(0, 1, "..."), stopped)
     assert len(report) < 60_000 and "earlier lines are on the page]" in report
+
+
+def test_a_crash_is_seen_at_once_though_a_forked_child_lives_on():
+    """A child the page forked holds nothing of the worker's: the worker's exit is reported
+    as what it is, at once, and the child ends with the page."""
+    started = time.monotonic()
+    result = run("import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\n"
+                 "child = 1", "os._exit(3)", timeout=20.0)
+    assert result.blocks[1].failure.startswith("the interpreter exited with status 3")
+    assert time.monotonic() - started < 10
+
+
+def test_what_a_page_leaves_running_ends_with_it(tmp_path):
+    """A finished page's background process does not outlive it."""
+    from conftest import alive
+
+    pid_file = tmp_path / "pid"
+    result = run(f"import subprocess\np = subprocess.Popen(['sleep', '123'])\n"
+                 f"open({str(pid_file)!r}, 'w').write(str(p.pid))")
+    assert result.blocks[0].status == "ran"
+    pid, deadline = int(pid_file.read_text()), time.monotonic() + 2
+    while alive(pid) and time.monotonic() < deadline:  # SIGKILL is sent; it lands at once
+        time.sleep(0.01)
+    assert not alive(pid)
 
 
 HOST_ADVISORY_WARNING = (

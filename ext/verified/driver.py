@@ -162,6 +162,20 @@ def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tupl
         limits["notice"] = meaning.say()
 
 
+EXIT_LIMIT = 10.0  # seconds a worker that said it is done may take to exit
+
+
+def wait_unreaped(process: subprocess.Popen, limit: float = EXIT_LIMIT) -> None:
+    """Waits for a worker that has finished its page to exit, at most ``limit`` seconds,
+    without reaping it: until it is reaped its pid, which is its process group's id, cannot
+    be another's, so the group can then be ended safely."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return
+        time.sleep(0.005)
+
+
 def kill(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)

@@ -19,7 +19,7 @@ from pathlib import Path
 from . import stop
 from .driver import (STARTUP_LIMIT, WORKER, describe_exit, end_block_limits,
                      fallback_environment, kill, partial_outputs, select_within_limits,
-                     start_limits, worker_env)
+                     start_limits, wait_unreaped, worker_env)
 from .gate import BlockGate
 from .hang import dump_stack, stuck_at
 from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
@@ -170,10 +170,10 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
             dump_stack(process.pid, capture_dir)
             where = stuck_at(capture_dir, {b.index: b.source for b in job.blocks})
             failure += f"\n{where}" if where else ""
-        if not finished:
-            kill(process)
+        if finished:
+            wait_unreaped(process)
+        kill(process)  # the page's whole group: what it left running ends with it
         stop.ended(process.pid)
-        process.wait()
         if held is not None:
             gate.release(held)
         events.close()

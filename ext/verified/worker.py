@@ -418,6 +418,16 @@ def main() -> None:
     end_with_parent(int(os.environ.pop("VERIFIED_PARENT", "0") or 0))
     events = _open_events(int(sys.argv[1]))
     control = os.fdopen(int(sys.argv[2]), "r", encoding="utf-8")
+    # A process the page forks (os.fork, multiprocessing) is the page's, not the worker: it
+    # must not hold the pipes to the build open after the worker has gone (the build would
+    # wait for the end of them until the block's time limit instead of seeing the exit).
+    pipes = (int(sys.argv[1]), int(sys.argv[2]))
+
+    def close_pipes() -> None:
+        for fd in pipes:
+            os.close(fd)
+
+    os.register_at_fork(after_in_child=close_pipes)
     job = json.load(sys.stdin)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # a snippet that reads input gets EOF, not the job
