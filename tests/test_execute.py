@@ -115,6 +115,16 @@ def test_a_crash_is_seen_at_once_though_a_forked_child_lives_on():
     assert time.monotonic() - started < 10
 
 
+def test_a_page_that_deletes_its_scratch_folder_fails_at_that_block():
+    """The block that removed the folder the engine captures output in fails, saying so;
+    the build goes on (it used to stop with the page's stderr file missing)."""
+    result = run("import os, shutil\nos.chdir('..')\nshutil.rmtree(os.getcwd())", "print(1)")
+    assert [b.status for b in result.blocks] == ["failed", "not-run"]
+    assert result.blocks[0].failure.startswith(
+        "the interpreter exited with status 1 after the page deleted the engine's scratch "
+        "folder (the parent of its working directory)")
+
+
 def test_what_a_page_leaves_running_ends_with_it(tmp_path):
     """A finished page's background process does not outlive it."""
     from conftest import alive

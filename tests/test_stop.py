@@ -74,6 +74,12 @@ def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum
     build, pids = _hung_build(tmp_path)
     try:
         assert all(alive(pid) for pid in pids)
+        # The page that finished beside the hung one is stored as it finishes: stopping the
+        # build does not throw it away.
+        deadline = time.monotonic() + 30
+        while not list((tmp_path / "cache").glob("slow.*.json")):
+            assert time.monotonic() < deadline, "the finished page was not stored"
+            time.sleep(0.1)
         started = time.monotonic()
         os.killpg(build.pid, signum)  # as the terminal does: to the build's process group
         _wait_or_show_stacks(build, signum, 5)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from . import stop
-from .driver import (STARTUP_LIMIT, WORKER, describe_exit, end_block_limits,
+from .driver import (EXIT_LIMIT, STARTUP_LIMIT, WORKER, describe_exit, end_block_limits,
                      fallback_environment, kill, partial_outputs, select_within_limits,
                      start_limits, wait_unreaped, worker_env)
 from .gate import BlockGate
@@ -57,12 +57,17 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
                      blocks=blocks, duration=time.perf_counter() - started)
 
 
+CLOSED_EXIT_LIMIT = 2.0  # seconds a worker that closed its pipe without finishing may take to exit
+
+
 def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra_env, gate,
                   cores=(), python=sys.executable, keep_going=False, collective_flags=True):
     read_fd, write_fd = os.pipe()
     control_read, control_write = os.pipe()
     stderr_path = os.path.join(capture_dir, "worker.stderr")
     stderr_file = open(stderr_path, "wb")
+    # Read through a handle opened now: a page can delete the folder it is in.
+    stderr_reader = open(stderr_path, "rb")
     payload = {
         "capture_dir": capture_dir,
         "blocks": [
@@ -89,6 +94,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         )
     except BaseException:
         gate.release(held)
+        stderr_reader.close()
         raise
     stop.started(process.pid)  # its own session: the group id is its pid
     os.close(write_fd)
@@ -116,7 +122,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     events = os.fdopen(read_fd, "rb")
     selector.register(events, selectors.EVENT_READ)
     buffer = b""
-    finished = False
+    finished = closed = False
     try:
         while not finished and failure is None:
             ready, failure = select_within_limits(selector, limits)
@@ -126,6 +132,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                 continue
             chunk = os.read(read_fd, 65536)
             if not chunk:  # the worker closed its end: it exited
+                closed = True
                 break
             buffer += chunk
             while b"\n" in buffer:
@@ -170,8 +177,8 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
             dump_stack(process.pid, capture_dir)
             where = stuck_at(capture_dir, {b.index: b.source for b in job.blocks})
             failure += f"\n{where}" if where else ""
-        if finished:
-            wait_unreaped(process)
+        if finished or closed:  # it exits by itself: let it, so that its status is its own
+            wait_unreaped(process, EXIT_LIMIT if finished else CLOSED_EXIT_LIMIT)
         kill(process)  # the page's whole group: what it left running ends with it
         stop.ended(process.pid)
         if held is not None:
@@ -181,7 +188,8 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
             control.close()
         except BrokenPipeError:  # the worker is gone
             pass
-    stderr = Path(stderr_path).read_text(encoding="utf-8", errors="replace")
+    with stderr_reader:
+        stderr = stderr_reader.read().decode("utf-8", errors="replace")
 
     if not finished and running is None:
         # The worker died between blocks (while starting up, say): blame the next block.
@@ -190,6 +198,9 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     if not finished and running is not None:
         if failure is None:
             failure = describe_exit(process.returncode)
+            if not os.path.isdir(capture_dir):
+                failure += (" after the page deleted the engine's scratch folder (the parent "
+                            "of its working directory), where each block's output is captured")
             tail = stderr.strip().splitlines()[-5:]
             if tail:
                 failure += ": " + " / ".join(tail)

@@ -178,6 +178,7 @@ def _run_all(app: Sphinx, jobs: list) -> None:
     def run(job, gate, pinned):
         result = run_document(job.for_platform(None), default_timeout=config.timeout,
                               extra_env=config.env, gate=gate, cores=pinned)
+        build.cache.store(result)  # now: a build stopped later keeps what this page did
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
@@ -186,6 +187,5 @@ def _run_all(app: Sphinx, jobs: list) -> None:
     for result in run_pages(config, jobs, run):
         build.results[result.docname] = result
         build.executed.add(result.docname)
-        build.cache.store(result)
 
 
