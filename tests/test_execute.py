@@ -125,6 +125,12 @@ def test_a_page_that_deletes_its_scratch_folder_fails_at_that_block():
         "folder (the parent of its working directory)")
 
 
+def test_exit_is_the_block_s_error():
+    result = run("exit()", "print('next')")
+    assert result.blocks[0].status == "failed"
+    assert "exit() and quit() would end the interpreter" in result.blocks[0].outputs[-1].text
+
+
 def test_what_a_page_leaves_running_ends_with_it(tmp_path):
     """A finished page's background process does not outlive it."""
     from conftest import alive

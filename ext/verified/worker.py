@@ -135,6 +135,12 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
         def showindentationerror(self):
             pass
 
+        def ask_exit(self):
+            # IPython's exit() and quit(): the page's interpreter runs every block of the
+            # page, so a block cannot end it; said as the block's error.
+            raise SystemExit("exit() and quit() would end the interpreter that runs the rest "
+                             "of the page; a block cannot call them")
+
     config = Config()
     config.HistoryManager.enabled = False
     config.InteractiveShell.colors = "nocolor"
