@@ -79,6 +79,8 @@ def test_failures_are_located_and_the_others_still_run(site):
     assert heads == [
         "budget.md:13: ERROR: code-cell failed: timed out after 1.5 s (the document's time budget)",
         "crash.md:3: ERROR: code-cell failed: the interpreter exited with status 3",
+        # IPython's tokenizer finds it, at the line it names.
+        "dedent.md:7: ERROR: code-cell failed: the block raised IndentationError",
         # A follow-on error comes after its cause, and says so.
         "glued.md:3: ERROR: code-cell failed: expected KeyError, but the block raised IndexError",
         "glued.md:14: ERROR: glue 'n_items': no value: the page stopped at its failed block (line 3, reported above) before any block glued it [verified.glue]",
@@ -86,6 +88,8 @@ def test_failures_are_located_and_the_others_still_run(site):
         "segfault.md:3: ERROR: code-cell failed: the interpreter crashed (SIGSEGV)",
         # At the offending line, not at the fence (line 3).
         "syntax.md:7: ERROR: code-cell failed: the block raised SyntaxError",
+        # IPython numbers a block's lines from its first that is not blank.
+        "syntaxblank.md:8: ERROR: code-cell failed: the block raised SyntaxError",
         "timeout.md:7: ERROR: code-cell failed: timed out after 1 s (the block's time limit, :timeout: 1)",
         "undeclared.md:7: ERROR: code-cell failed: the block raised KeyError",
         "wrongtype.md:3: ERROR: code-cell failed: expected KeyError, but the block raised IndexError",

@@ -13,14 +13,19 @@ from pathlib import Path
 from .model import Block, BlockResult
 
 SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
-_LINE = re.compile(r"\(Cell \[\d+\], line (\d+)\)$")
+# Python's compiler names the line in the cell; IPython's tokenizer (an inconsistent dedent,
+# found while IPython transforms the cell) names it in ``<tokenize>``.
+_LINE = re.compile(r"\((?:Cell \[\d+\]|<tokenize>), line (\d+)\)$")
 
 
 def body_line(block: Block, text: str) -> int:
     """The file line of the block's first line of code: the first line after the fence from
-    which the file reads as the block's source (the fence line when it cannot be found)."""
+    which the file reads as the block's source (the fence line when it cannot be found).
+    Blank lines before the code do not count: IPython drops them before numbering lines."""
     lines = text.splitlines()
     code = block.source.splitlines()
+    while code and not code[0].strip():
+        code.pop(0)
     if not code:
         return block.line
     for start in range(block.line, min(len(lines), block.line + 50)):
