@@ -305,6 +305,17 @@ def test_one_core_per_worker_is_what_the_record_says(site):
         assert environment["cores"] == 1
 
 
+def test_doctest_locates_failures_as_the_html_build_does(site):
+    """A syntax error at its line; a block the failure left unrun says which block stopped
+    the page, not that its output differs."""
+    report = site("failures").build("doctest").status
+    lines = [line.strip() for line in report.splitlines() if line.strip().startswith("FAILED")]
+    where = {line.split(": ", 1)[0].rsplit("/", 1)[-1]: line.split(": ", 1)[1] for line in lines}
+    assert where["syntaxblank.md:8"] == "did not run cleanly: the block raised SyntaxError"
+    assert where["dedent.md:7"] == "did not run cleanly: the block raised IndentationError"
+    assert where["undeclared.md:12"] == "not run: the block at line 7 failed first"
+
+
 def test_doctest_reports_a_mismatch_with_a_diff(site):
     copy = site("basic")
     copy.build("record", fresh=True)

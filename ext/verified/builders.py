@@ -26,8 +26,9 @@ from sphinx.util import logging
 from .collect import job_key
 from .driver import fallback_environment
 from .execute import run_document
+from .locate import failure_line
 from .mistakes import page_mistakes, target_absent
-from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, DocResult
+from .model import FAILED, FAILED_BECAUSE, NOT_RUN, NOT_RUN_THERE, DocResult
 from .record import RecordedBlock, compare, make_record, record_path, write_record
 from .replay import IMAGES, prune_images, write_images
 from .schedule import run_pages
@@ -116,8 +117,10 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
             passed = 0
             failures: list[str] = []
             apart: dict[str, int] = {}
+            path = os.path.relpath(found.job.path)
+            stopped_at: int | None = None  # the line of the block that stopped the page
             for block in found.job.blocks:
-                location = f"{os.path.relpath(found.job.path)}:{block.line}"
+                location = f"{path}:{block.line}"
                 if block.platform:  # `make platform-doctest` verifies it, on that platform
                     why = f"on {labels.get(block.platform, block.platform)} only"
                     apart[why] = apart.get(why, 0) + 1
@@ -125,7 +128,14 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
                 live = result.blocks[block.index] if result else None
                 if live is None or live.failed:
                     why = live.failure if live else "the page did not run (see the errors above)"
-                    failures.append(f"FAILED {location}: did not run cleanly: {why}")
+                    line = failure_line(block, live, found.job.path) if live else block.line
+                    failures.append(f"FAILED {path}:{line}: did not run cleanly: {why}")
+                    stopped_at = stopped_at or block.line
+                    continue
+                if live.status == NOT_RUN:
+                    first = (f"the block at line {stopped_at} failed first" if stopped_at
+                             else "the page stopped before it")
+                    failures.append(f"FAILED {location}: not run: {first}")
                     continue
                 recorded = record.block_for(block, found.job.blocks) if record else None
                 comparison = compare(block, live, recorded, build.config.normalizers,
