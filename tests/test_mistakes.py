@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, ROOTS
 from verified.mistakes import UserMistake, page_mistakes, target_absent
 
 PAGES = {"index", "part1/02-tracing", "part1/03-jit"}
@@ -39,6 +40,21 @@ def test_every_builder_checks_the_pages_named(site, builder):
     copy = site("matrix", into="source")
     with pytest.raises(UserMistake, match=r"^no page 'source/index\.md'; did you mean index\?$"):
         copy.build(builder, fresh=True, confoverrides={"verified_pages": ["source/index.md"]})
+
+
+def test_a_bad_configuration_value_is_one_line_naming_conf_py(tmp_path):
+    """A wrong ``verified_*`` value is the user's to mend: one line, no crash report."""
+    shutil.copytree(ROOTS / "test-basic", tmp_path / "site")
+    with open(tmp_path / "site" / "conf.py", "a", encoding="utf-8") as conf:
+        conf.write("verified_timeout = 0\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", str(tmp_path / "site"),
+         str(tmp_path / "out")], capture_output=True, text=True, cwd=tmp_path / "site",
+        env={**os.environ, "PYTHONPATH": str(ROOT / "ext")})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "site/conf.py: verified_timeout must be a positive number of seconds, got 0"]
+    assert "sphinx-doc/sphinx" not in done.stdout + done.stderr
 
 
 def test_the_command_line_shows_one_line_and_fails(tmp_path):

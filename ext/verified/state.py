@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sphinx.application import Sphinx
+from sphinx.errors import ConfigError
 
 from . import config as config_module
 from .cache import ExecutionCache
 from .collect import Collected, collect, environment_identity, record_identity, with_key
+from .mistakes import UserMistake
 from .model import DocResult
 from .record import Record, normalizer_names, read_record, record_path
 from .replay import Replay, replay
@@ -117,7 +119,11 @@ def has_state(app: Sphinx) -> bool:
 
 
 def on_builder_inited(app: Sphinx) -> None:
-    validated = config_module.validate(app)
+    try:
+        validated = config_module.validate(app)
+    except ConfigError as err:  # the user's to mend, in one line: no crash report
+        conf = Path(app.confdir, "conf.py")
+        raise UserMistake(f"{relative(str(conf), app.srcdir)}: {err}") from None
     _STATES[app.config] = BuildState(
         config=validated,
         cache=ExecutionCache(validated.cache_dir),
