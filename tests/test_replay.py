@@ -88,6 +88,13 @@ def test_an_edited_block_executes_its_page_and_the_others_come_from_the_record(s
     page = build.html("other")
     assert "<pre><span></span>48\n" in page  # the edited block's live output
     assert "not yet in the verified record" in page
+    # A prose edit next: the page is read again and shown from the execution cache, and the
+    # build says so instead of claiming to execute it.
+    copy.edit("other.md", "# Other", "# Other, edited")
+    again = copy.build()
+    assert "executed other" not in again.status
+    assert ("1 page(s) out of date with their record, shown from the execution cache"
+            in again.status)
 
 
 def test_an_edited_option_executes_its_page(site):

@@ -180,20 +180,24 @@ def caption(environment: Environment) -> str:
             + (f" on {machine}" if machine else "") + " · varies from run to run")
 
 
-def log_replays(replays: dict[str, Replay]) -> None:
+def log_replays(replays: dict[str, Replay], executed: set[str]) -> None:
     """Says how many pages their record shows, and names each page out of date with its
-    record, with why (those run instead)."""
+    record, with why, and whether this build executed it or showed an earlier run of it
+    from the execution cache."""
     shown = sorted(docname for docname, item in replays.items() if item.result is not None)
-    stale = sorted((docname, item.reason) for docname, item in replays.items() if item.reason)
-    unrecorded = sorted(docname for docname, item in replays.items()
-                        if item.result is None and not item.reason)
     if shown:
         logger.info(f"{len(shown)} page(s) shown from the verified record")
-    if stale:
-        logger.info(f"{len(stale)} page(s) out of date with their record, so executed "
-                    f"(`make record` brings the record up to date):")
-        for docname, reason in stale:
-            logger.info(f"  {docname}: {reason}")
-    if unrecorded:
-        logger.info(f"{len(unrecorded)} page(s) not in the verified record, so executed: "
-                    f"{', '.join(unrecorded)}")
+    for run, how in ((True, "so executed"), (False, "shown from the execution cache")):
+        stale = sorted((docname, item.reason) for docname, item in replays.items()
+                       if item.reason and (docname in executed) == run)
+        unrecorded = sorted(docname for docname, item in replays.items()
+                            if item.result is None and not item.reason
+                            and (docname in executed) == run)
+        if stale:
+            logger.info(f"{len(stale)} page(s) out of date with their record, {how} "
+                        f"(`make record` brings the record up to date):")
+            for docname, reason in stale:
+                logger.info(f"  {docname}: {reason}")
+        if unrecorded:
+            logger.info(f"{len(unrecorded)} page(s) not in the verified record, {how}: "
+                        f"{', '.join(unrecorded)}")

@@ -75,7 +75,7 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         else:
             to_run.append(found.job)
     log_replays({docname: build.replays[docname] for docname in docnames
-                 if docname in build.replays})
+                 if docname in build.replays}, {job.docname for job in to_run})
     if to_run:
         _run_all(app, to_run)
 
