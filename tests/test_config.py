@@ -55,6 +55,8 @@ def test_bad_config_value(site, name, value, message):
     ({"budget": "long"}, "budget must be a positive number"),
     ({"exclusive": "yes"}, "exclusive must be true, false or varies"),
     ({"env": ["A=1"]}, "env must map variable names"),
+    ({"env": {"A": None}}, r"env values are strings or numbers; A is not \(quote the value\)"),
+    ({"env": {"A": True, "B": [1]}}, "env values are strings or numbers; A, B are not"),
     ({"colour": 1}, "unknown execution setting"),
     ({"tolerance": "rtol=much"}, "tolerance: rtol must be a number"),
     ({"tolerance": "integers"}, "tolerance: a tolerance needs rtol > 0"),

@@ -224,6 +224,11 @@ def parse_doc_settings(front_matter: dict[str, Any] | None) -> DocSettings:
     env = data.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
         raise ValueError(f"env must map variable names to values, got {env!r}")
+    unset = sorted(name for name, value in env.items()
+                   if not isinstance(value, (str, int, float)) or isinstance(value, bool))
+    if unset:  # ``FOO: null`` would set FOO to "None", ``FOO: yes`` to "True"
+        raise ValueError(f"env values are strings or numbers; {', '.join(unset)} "
+                         f"{'is' if len(unset) == 1 else 'are'} not (quote the value)")
     for key in ("timeout", "budget"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
