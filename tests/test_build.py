@@ -316,6 +316,20 @@ def test_doctest_locates_failures_as_the_html_build_does(site):
     assert where["undeclared.md:12"] == "not run: the block at line 7 failed first"
 
 
+def test_doctest_counts_a_block_that_cannot_run(site):
+    """A bad option stops its page: the doctest report names it, at its line, and the
+    page's other blocks as not run, so the totals count them."""
+    report = site("options").build("doctest").status
+    lines = [line.strip() for line in report.splitlines() if line.strip().startswith("FAILED")]
+    where = {line.split(": ", 1)[0].rsplit("/", 1)[-1]: line.split(": ", 1)[1] for line in lines}
+    assert where["exclusivevalue.md:4"].startswith(
+        "invalid code-cell: Invalid option value for 'exclusive': false: takes no value")
+    assert where["frontmatter.md:1"] == (
+        "front matter: host_devices must be a positive integer, got 0")
+    assert where["frontmatter.md:8"] == "not run: the page cannot run (line 1)"
+    assert "exclusivevalue: 0 passed, 1 failed" in report
+
+
 def test_doctest_reports_a_mismatch_with_a_diff(site):
     copy = site("basic")
     copy.build("record", fresh=True)

@@ -93,12 +93,13 @@ class _PagelessBuilder(Builder):
 class _ExecutingBuilder(_PagelessBuilder):
     """Reads every page (so every page executes)."""
 
-    def executed_pages(self):
-        """(docname, job, result) for every page with blocks, in name order."""
+    def executed_pages(self, with_problems: bool = False):
+        """(docname, job, result) for every page with blocks, in name order (``with_problems``:
+        and every page with a block that cannot run, blocks or not)."""
         build = state(self)
         for docname in sorted(build.collected):
             found = build.collected[docname]
-            if found.job.blocks and build.selected(docname):
+            if (found.job.blocks or with_problems and found.problems) and build.selected(docname):
                 yield docname, found, build.results.get(docname)
 
 
@@ -112,12 +113,14 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
         build = state(self)
         report = ComparisonReport()
         labels = {target.name: target.label for target in build.config.platforms}
-        for docname, found, result in self.executed_pages():
+        for docname, found, result in self.executed_pages(with_problems=True):
             record = build.record_for(docname)
             passed = 0
-            failures: list[str] = []
-            apart: dict[str, int] = {}
             path = os.path.relpath(found.job.path)
+            # A block that cannot run (a bad option, say) stops the page from running at all.
+            failures: list[str] = [f"FAILED {path}:{problem.line}: {problem.message}"
+                                   for problem in found.problems]
+            apart: dict[str, int] = {}
             stopped_at: int | None = None  # the line of the block that stopped the page
             for block in found.job.blocks:
                 location = f"{path}:{block.line}"
@@ -126,6 +129,10 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
                     apart[why] = apart.get(why, 0) + 1
                     continue
                 live = result.blocks[block.index] if result else None
+                if live is None and found.problems:
+                    failures.append(f"FAILED {location}: not run: the page cannot run (line "
+                                    f"{found.problems[0].line})")
+                    continue
                 if live is None or live.failed:
                     why = live.failure if live else "the page did not run (see the errors above)"
                     line = failure_line(block, live, found.job.path) if live else block.line
