@@ -83,6 +83,12 @@ def test_xla_slow_compile_alarm_is_not_block_output():
     assert kinds(run(f"import os; os.write(2, {SLOW_COMPILE_ALARM.encode()!r});").blocks[0]) == []
 
 
+def test_streams_read_as_text_files_are():
+    """A carriage return (a progress line) reads as a new line, as it always has."""
+    (block,) = run("import os\nos.write(1, b'10%\\r20%\\r\\n');").blocks
+    assert kinds(block) == [("stdout", "10%\n20%\n")]
+
+
 def test_a_block_s_stream_is_kept_up_to_its_limit():
     """A runaway print loop: the page and the build keep the first MiB and say how much
     more there was, whether the block ends or its time limit stops it."""

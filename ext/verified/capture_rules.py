@@ -7,6 +7,7 @@ run with that record. Standard library only: both run in the reader's interprete
 
 from __future__ import annotations
 
+import io
 import os
 import re
 
@@ -30,11 +31,12 @@ HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
 
 def read_stream(path: str) -> str:
     """A block's captured stream (a file the worker routed its descriptor to), up to
-    ``STREAM_LIMIT`` bytes, with a line that says how much more it wrote."""
+    ``STREAM_LIMIT`` bytes, with a line that says how much more it wrote; read as text files
+    are (``\r\n`` and ``\r`` become ``\n``)."""
     with open(path, "rb") as handle:
         data = handle.read(STREAM_LIMIT)
         size = os.fstat(handle.fileno()).st_size
-    text = data.decode("utf-8", errors="replace")
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace").read()
     if size > STREAM_LIMIT:
         text += (f"\n[output cut at {STREAM_LIMIT / 2**20:g} MiB: the block wrote "
                  f"{size / 2**20:.1f} MiB]\n")
