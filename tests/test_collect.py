@@ -160,6 +160,10 @@ def test_options_must_read_as_yaml_for_jupytext():
     found = collect("page", "page.md", text=text)
     assert found.job.blocks == ()
     assert [(p.line, p.subtype, p.reported) for p in found.problems] == [(2, "option", False)]
+    assert found.problems[0].message.endswith("reserves): mapping values are not allowed here")
+    backtick = collect("page", "page.md", text=text.replace("Does f(x: int)", "`f`"))
+    assert backtick.problems[0].message.endswith(
+        ": found character '`' that cannot start any token")
     quoted = text.replace("Does f(x: int) trace?", "'Does f(x: int) trace?'")
     found = collect("page", "page.md", text=quoted)
     assert found.problems == [] and found.job.blocks[0].predict == "Does f(x: int) trace?"

@@ -22,6 +22,7 @@ from myst_parser.config.main import MdParserConfig, TopmatterReadError, read_top
 from myst_parser.parsers.directives import MarkupError, parse_directive_text
 from myst_parser.parsers.mdit import create_md_parser
 from markdown_it.renderer import RendererHTML
+import yaml
 
 from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
@@ -116,7 +117,8 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
             problems.append(Problem(
                 as_yaml.warnings[0].lineno or line,
                 "code-cell options must also read as YAML, as jupytext and MyST-NB read them "
-                "(quote a value that contains ': ')", "option"))
+                f"(quote a value that contains ': ' or starts with a sign YAML reserves)"
+                f"{_yaml_problem(token.content)}", "option"))
             continue
         if parsed.arguments and parsed.arguments[0] not in LANGUAGES:
             problems.append(Problem(line, "code-cell language is not Python", "option",
@@ -144,6 +146,21 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
 
 EXERCISE_ROLES = ("exercise-starter", "exercise-solution", "exercise-check")
 _EXPECTED_NEXT = {"exercise-starter": "exercise-solution", "exercise-solution": "exercise-check"}
+
+
+def _yaml_problem(content: str) -> str:
+    """What YAML says of a block's ``:key: value`` option lines (MyST says only "bad YAML")."""
+    lines = []
+    for text in content.splitlines():
+        if not text.startswith(":"):
+            break
+        lines.append(text[1:].replace(":", ": ", 1) if ":" in text[1:] else text[1:])
+    try:
+        yaml.safe_load("\n".join(lines))
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None)
+        return f": {problem}" if problem else ""
+    return ""
 
 
 def exercise_problems(blocks: list[Block]) -> list[Problem]:
