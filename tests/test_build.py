@@ -126,6 +126,8 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
         "bigglue.md:9: ERROR: glue 'fact': cannot format '78865786736479050355236321393218506229513597768717…' as '.3e': int too large to convert to float [verified.glue]",
         "exclusivevalue.md:4: WARNING: 'code-cell': Invalid option value for 'exclusive': false: takes no value, got 'false'; write the option alone to turn it on, leave it out to turn it off [myst.directive_option]",
         "frontmatter.md:1: ERROR: front matter: host_devices must be a positive integer, got 0 [verified.front-matter]",
+        # Its block cannot run, which is the error; the glue it would have made is no other.
+        "invalidglue.md:4: WARNING: 'code-cell': Invalid option value for 'exclusive': false: takes no value, got 'false'; write the option alone to turn it on, leave it out to turn it off [myst.directive_option]",
         "misspelt.md:4: WARNING: 'code-cell': Invalid option value for 'raise': ValueError: 'raise' is not an option of code-cell; did you mean 'raises'? [myst.directive_option]",
         "misspelt.md:10: WARNING: 'code-cell': Invalid option value for 'timout': 3: 'timout' is not an option of code-cell; did you mean 'timeout'? [myst.directive_option]",
         "nested.md:4: ERROR: code-cell must be at the top level of the page (a cell nested in another directive cannot run) [verified.nested]",
@@ -242,6 +244,17 @@ def test_corrupt_cache_entry_is_rerun(site):
     build = copy.build()
     assert "executed index: 10 blocks" in build.status
     assert "hello from stdout" in build.html()
+
+
+def test_a_cache_that_cannot_be_written_is_a_warning_not_a_stop(site, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    build = site("basic").build(confoverrides={"verified_cache_dir": str(blocked / "cache")})
+    assert "hello from stdout" in build.html()
+    assert sorted(line for line in error_heads(build) if "[verified.cache]" in line) == [
+        f"{page}.md:1: WARNING: the execution cache could not store this page's result: "
+        f"[Errno 20] Not a directory: '{blocked / 'cache'}' [verified.cache]"
+        for page in ("index", "other")]
 
 
 def test_failed_pages_are_not_cached(site):

@@ -99,7 +99,7 @@ def test_a_block_s_stream_is_kept_up_to_its_limit():
     (block,) = run(three).blocks
     assert block.status == "ran"
     text = block.outputs[0].text
-    assert text.endswith("\n[output cut at 1 MiB: the block wrote 3.0 MiB]\n")
+    assert text.endswith("\n[output cut at 1 MiB: the block wrote 2.0 MiB more]\n")
     assert len(text.encode()) < STREAM_LIMIT + 100
     endless = run("import sys\nwhile True:\n    sys.stdout.write('y' * 1023 + '\\n')",
                   timeout=1.0)
@@ -107,18 +107,41 @@ def test_a_block_s_stream_is_kept_up_to_its_limit():
     assert stopped.status == "failed" and stopped.failure.startswith("timed out after 1 s")
     assert len(stopped.outputs[0].text.encode()) < STREAM_LIMIT + 100
     assert "[output cut at 1 MiB: the block wrote " in stopped.outputs[0].text
+    # A character the cut splits is left out, not replaced; the count is of what is left out.
+    (split,) = run("import os\nos.write(1, b'a' * (1024 * 1024 - 1) + 'é!'.encode())").blocks
+    assert split.outputs[0].text.endswith("a\n[output cut at 1 MiB: the block wrote 2 bytes more]\n")
     report = failure_report(Block(0, 1, "..."), stopped)
     assert len(report) < 60_000 and "earlier lines are on the page]" in report
 
 
-def test_a_crash_is_seen_at_once_though_a_forked_child_lives_on():
-    """A child the page forked holds nothing of the worker's: the worker's exit is reported
-    as what it is, at once, and the child ends with the page."""
+def _gone(pid: int, seconds: float = 2.0) -> bool:
+    from conftest import alive
+
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:  # SIGKILL is sent; it lands at once
+        time.sleep(0.01)
+    return not alive(pid)
+
+
+@pytest.mark.parametrize("start", [
+    # a forked child, and its own forked child (each closes what it inherited, once)
+    "if os.fork() == 0:\n    if os.fork() == 0:\n"
+    "        open(os.environ['PID_FILE'], 'w').write(str(os.getpid()))\n        time.sleep(30)\n"
+    "    time.sleep(30)\n    os._exit(0)\ntime.sleep(0.5)",
+    # a program run in the background by a shell: it inherits no pipe of the worker's
+    "os.system('sleep 30 & echo $! > ' + os.environ['PID_FILE'])",
+], ids=["forked", "os.system"])
+def test_a_crash_is_seen_at_once_though_a_child_lives_on(start, tmp_path, monkeypatch):
+    """A process the page started holds nothing of the worker's: the worker's exit is
+    reported as what it is, at once, and the page's processes end with it."""
+    pid_file = tmp_path / "pid"
+    monkeypatch.setenv("PID_FILE", str(pid_file))
     started = time.monotonic()
-    result = run("import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\n"
-                 "child = 1", "os._exit(3)", timeout=20.0)
+    result = run("import os, time\n" + start, "os._exit(3)", timeout=20.0)
     assert result.blocks[1].failure.startswith("the interpreter exited with status 3")
     assert time.monotonic() - started < 10
+    assert "Bad file descriptor" not in "".join(o.text for o in result.blocks[0].outputs)
+    assert _gone(int(pid_file.read_text()))
 
 
 def test_a_page_that_deletes_its_scratch_folder_fails_at_that_block():
@@ -133,22 +156,41 @@ def test_a_page_that_deletes_its_scratch_folder_fails_at_that_block():
 
 def test_exit_is_the_block_s_error():
     result = run("exit()", "print('next')")
-    assert result.blocks[0].status == "failed"
+    assert [b.status for b in result.blocks] == ["failed", "not-run"]
     assert "exit() and quit() would end the interpreter" in result.blocks[0].outputs[-1].text
+    assert result.blocks[0].warnings == []  # not IPython's advice to type exit
+    (ended,) = run("import sys\nsys.exit(2)").blocks
+    assert ended.status == "failed" and ended.warnings == []
+
+
+def test_a_page_of_processes_that_deletes_its_scratch_folder_fails_at_that_block():
+    result = run("import os, shutil\nshutil.rmtree(os.path.dirname(os.getcwd()))", "print(1)",
+                 settings=DocSettings(processes=2))
+    assert [b.status for b in result.blocks] == ["failed", "not-run"]
+    assert "after the page deleted the engine's scratch folder" in result.blocks[0].failure
 
 
 def test_what_a_page_leaves_running_ends_with_it(tmp_path):
     """A finished page's background process does not outlive it."""
-    from conftest import alive
-
     pid_file = tmp_path / "pid"
     result = run(f"import subprocess\np = subprocess.Popen(['sleep', '123'])\n"
                  f"open({str(pid_file)!r}, 'w').write(str(p.pid))")
     assert result.blocks[0].status == "ran"
-    pid, deadline = int(pid_file.read_text()), time.monotonic() + 2
-    while alive(pid) and time.monotonic() < deadline:  # SIGKILL is sent; it lands at once
-        time.sleep(0.01)
-    assert not alive(pid)
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_an_indentation_error_in_other_text_is_at_the_block(tmp_path):
+    """An IndentationError a block raises on text it tokenizes names a line of that text:
+    the error is located at the block's fence, not at a line of the page below it."""
+    from verified.locate import failure_line
+
+    source = ("import io, tokenize\n"
+              "list(tokenize.generate_tokens(io.StringIO('if x:\\n        a\\n    b\\n').readline))")
+    (block,) = run(source).blocks
+    assert block.error.ename == "IndentationError" and "(<tokenize>, line 3)" in block.error.evalue
+    page = tmp_path / "page.md"
+    page.write_text("\n" * 9 + "```{code-cell} python\n" + source + "\n```\n\nprose\n")
+    assert failure_line(Block(0, 10, source), block, str(page)) == 10
 
 
 HOST_ADVISORY_WARNING = (

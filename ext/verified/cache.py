@@ -39,7 +39,7 @@ class ExecutionCache:
             if envelope["sha256"] != _digest(payload):
                 raise ValueError("checksum mismatch")
             result = DocResult.from_json(payload)
-        except FileNotFoundError:
+        except OSError:  # not there, or the cache folder cannot be read: run the page
             return None
         except (ValueError, KeyError, TypeError, json.JSONDecodeError):
             path.unlink(missing_ok=True)

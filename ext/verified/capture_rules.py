@@ -7,7 +7,7 @@ run with that record. Standard library only: both run in the reader's interprete
 
 from __future__ import annotations
 
-import io
+import codecs
 import os
 import re
 
@@ -29,28 +29,48 @@ SLOW_OPERATION_ALARM = re.compile(
 HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
 
 
-def read_stream(path: str) -> str:
-    """A block's captured stream (a file the worker routed its descriptor to), up to
-    ``STREAM_LIMIT`` bytes, with a line that says how much more it wrote; read as text files
-    are (``\r\n`` and ``\r`` become ``\n``)."""
-    with open(path, "rb") as handle:
-        data = handle.read(STREAM_LIMIT)
-        size = os.fstat(handle.fileno()).st_size
-    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace").read()
+def _size(count: int) -> str:
+    if count < 1 << 10:
+        return f"{count} bytes"
+    return f"{count / 2**10:.1f} KiB" if count < 1 << 20 else f"{count / 2**20:.1f} MiB"
+
+
+def _as_read(head: bytes, size: int) -> str:
+    """The first bytes of a stream of ``size`` bytes, as a text file reads them (``\r\n``
+    and ``\r`` become ``\n``), and where they are not all, a line that says how much more
+    there was (a character the cut split is left out)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(head, final=size <= STREAM_LIMIT)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     if size > STREAM_LIMIT:
         text += (f"\n[output cut at {STREAM_LIMIT / 2**20:g} MiB: the block wrote "
-                 f"{size / 2**20:.1f} MiB]\n")
+                 f"{_size(size - STREAM_LIMIT)} more]\n")
     return text
 
 
-def block_stdout(text: str) -> str:
-    """The block's stdout as a reader should see it: no colour codes."""
+def read_stream(path: str) -> str:
+    """A block's captured stream (the file the worker routed its descriptor to), up to
+    ``STREAM_LIMIT`` bytes."""
+    with open(path, "rb") as handle:
+        head = handle.read(STREAM_LIMIT)
+        size = os.fstat(handle.fileno()).st_size
+    return _as_read(head, size)
+
+
+def stream_text(text: str) -> str:
+    """What a cell wrote to a stream, kept as the worker keeps a block's (``read_stream``)."""
+    data = text.encode("utf-8", errors="surrogateescape")
+    return _as_read(data[:STREAM_LIMIT], len(data))
+
+
+def without_colour(text: str) -> str:
+    """Text as a page shows it: no terminal colour codes."""
     return ANSI_ESCAPE.sub("", text)
 
 
 def block_stderr(text: str) -> str:
     """The block's stderr as a reader should see it: no colour codes, no machine-load alarms."""
-    return SLOW_OPERATION_ALARM.sub("", ANSI_ESCAPE.sub("", text))
+    return SLOW_OPERATION_ALARM.sub("", without_colour(text))
 
 
 def is_block_warning(message: str) -> bool:

@@ -101,6 +101,11 @@ def partial_outputs(capture_dir: str, index: int) -> list[Output]:
     return outputs
 
 
+# Why a worker died where its capture folder is gone (said after ``describe_exit``).
+SCRATCH_DELETED = (" after the page deleted the engine's scratch folder (the parent of its "
+                   "working directory), where each block's output is captured")
+
+
 def describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:

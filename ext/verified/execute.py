@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from . import stop
-from .driver import (EXIT_LIMIT, STARTUP_LIMIT, WORKER, describe_exit, end_block_limits,
-                     fallback_environment, kill, partial_outputs, select_within_limits,
-                     start_limits, wait_unreaped, worker_env)
+from .driver import (EXIT_LIMIT, SCRATCH_DELETED, STARTUP_LIMIT, WORKER, describe_exit,
+                     end_block_limits, fallback_environment, kill, partial_outputs,
+                     select_within_limits, start_limits, wait_unreaped, worker_env)
 from .gate import BlockGate
 from .hang import dump_stack, stuck_at
 from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
@@ -179,8 +179,8 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
             failure += f"\n{where}" if where else ""
         if finished or closed:  # it exits by itself: let it, so that its status is its own
             wait_unreaped(process, EXIT_LIMIT if finished else CLOSED_EXIT_LIMIT)
+        stop.ended(process.pid)  # before it is reaped: its pid cannot be another's yet
         kill(process)  # the page's whole group: what it left running ends with it
-        stop.ended(process.pid)
         if held is not None:
             gate.release(held)
         events.close()
@@ -199,8 +199,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         if failure is None:
             failure = describe_exit(process.returncode)
             if not os.path.isdir(capture_dir):
-                failure += (" after the page deleted the engine's scratch folder (the parent "
-                            "of its working directory), where each block's output is captured")
+                failure += SCRATCH_DELETED
             tail = stderr.strip().splitlines()[-5:]
             if tail:
                 failure += ": " + " / ".join(tail)

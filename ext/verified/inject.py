@@ -83,8 +83,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     # After the blocks' errors: a name a failed block never got to glue follows from them.
     stopped = next((block.line for block in found.job.blocks if not block.platform
                     and result.blocks[block.index].failed), None) if result else None
-    if found is not None and not found.job.blocks:  # nothing on the page can glue a value
-        result = DocResult(docname, "", Environment(), [])
+    if found is not None and not found.job.blocks and not found.problems:
+        result = DocResult(docname, "", Environment(), [])  # no block could glue a value
     elif not (found and found.job.blocks):
         result = None
     glue_problems |= glue.resolve(doctree, result, stopped)

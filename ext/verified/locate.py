@@ -42,8 +42,11 @@ def failure_line(block: Block, result: BlockResult, path: str) -> int:
     found = _LINE.search(error.evalue.splitlines()[0] if error.evalue else "")
     if not found:
         return block.line
+    line = int(found.group(1))
+    if line > len(block.source.strip("\n").splitlines()):
+        return block.line  # not the block's own line: text the block tokenized, say
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return block.line
-    return body_line(block, text) + int(found.group(1)) - 1
+    return body_line(block, text) + line - 1

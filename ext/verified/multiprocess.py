@@ -32,9 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from .driver import (
+    SCRATCH_DELETED,
     STARTUP_LIMIT,
     WORKER,
     describe_exit,
@@ -43,6 +43,7 @@ from .driver import (
     partial_outputs,
     select_within_limits,
     start_limits,
+    wait_unreaped,
     worker_env,
 )
 from . import stop
@@ -90,7 +91,8 @@ class _Worker:
         self.events = events
         self.control = control
         self.capture_dir = capture_dir
-        self.stderr_path = stderr_path
+        # Read through a handle opened now: a page can delete the folder it is in.
+        self.stderr = open(stderr_path, "rb")
         self.buffer = b""
         self.ready: int | None = None  # the block it is ready to run
         self.running: int | None = None  # the block it runs
@@ -105,7 +107,8 @@ class _Worker:
             pass
 
     def stderr_tail(self) -> str:
-        text = Path(self.stderr_path).read_text(encoding="utf-8", errors="replace")
+        self.stderr.seek(0)
+        text = self.stderr.read().decode("utf-8", errors="replace")
         return " / ".join(text.strip().splitlines()[-5:])
 
 
@@ -269,6 +272,8 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
 
     except Exception:
         _end_group(group, workers)
+        for worker in workers:
+            worker.stderr.close()
         if held is not None:
             gate.release(held)
         raise
@@ -280,7 +285,7 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         # Finished: give jax.distributed's shutdown a moment, then end the group regardless.
         _wait_all(workers, EXIT_GRACE)
     elif gone is not None:
-        gone.popen.wait()
+        wait_unreaped(gone.popen)
     elif failure is not None and failure != "grace" and running is not None:
         for worker in workers:  # a limit stopped them: where was each still in the block?
             if worker.running == running:
@@ -297,6 +302,8 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         if index is not None:
             combined.append(_unfinished(blocks[index], workers, gone, failure, count,
                                         {b.index: b.source for b in job.blocks}))
+    for worker in workers:
+        worker.stderr.close()
     return combined, workers[0].environment
 
 
@@ -314,6 +321,8 @@ def _unfinished(block: Block, workers: list[_Worker], gone: _Worker | None,
             continue
         if w is gone:
             why = f"died: {describe_exit(w.popen.returncode)}"
+            if not os.path.isdir(w.capture_dir):
+                why += SCRATCH_DELETED
             tail = w.stderr_tail()
             if tail:
                 why += ": " + tail
@@ -359,12 +368,11 @@ def _handle(message: dict, worker: _Worker) -> None:
 
 
 def _wait_all(workers: list[_Worker], grace: float) -> None:
+    """Waits up to ``grace`` seconds for the workers to exit, reaping none: the group they
+    lead is then ended (``_end_group``) while its id cannot be another's."""
     deadline = time.monotonic() + grace
     for worker in workers:
-        try:
-            worker.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return
+        wait_unreaped(worker.popen, max(0.0, deadline - time.monotonic()))
 
 
 def _end_group(group: int, workers: list[_Worker]) -> None:

@@ -178,7 +178,11 @@ def _run_all(app: Sphinx, jobs: list) -> None:
     def run(job, gate, pinned):
         result = run_document(job.for_platform(None), default_timeout=config.timeout,
                               extra_env=config.env, gate=gate, cores=pinned)
-        build.cache.store(result)  # now: a build stopped later keeps what this page did
+        try:
+            build.cache.store(result)  # now: a build stopped later keeps what this page did
+        except OSError as err:  # the cache saves time only: the build goes on without it
+            logger.warning(f"the execution cache could not store this page's result: {err}",
+                           location=(job.docname, 1), type="verified", subtype="cache")
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")

@@ -21,7 +21,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capture_rules import block_stderr, block_stdout, is_block_warning, raised_as_declared
+from .capture_rules import (block_stderr, is_block_warning, raised_as_declared, stream_text,
+                            without_colour)
 from .model import (EXPECTED_ERROR, FAILED, FAILED_BECAUSE, RAN, Block, BlockResult, Output,
                     WarningRecord)
 from .record import RecordedBlock, compare, source_digest
@@ -253,12 +254,12 @@ class Capture:
         self._stderr(warnings.formatwarning(message, category, filename, lineno, line))
 
     def outputs(self) -> list[Output]:
-        streams = (("stdout", block_stdout("".join(self.texts["stdout"]))),
-                   ("stderr", block_stderr("".join(self.texts["stderr"]))))
+        streams = (("stdout", without_colour(stream_text("".join(self.texts["stdout"])))),
+                   ("stderr", block_stderr(stream_text("".join(self.texts["stderr"])))))
         found = [Output(name, text) for name, text in streams if text]
         for kind, data in self.sink:
             image = {mime: value for mime, value in data.items() if mime == "image/png"}
-            found.append(Output(kind, block_stdout(data.get("text/plain", "")), image,
+            found.append(Output(kind, without_colour(data.get("text/plain", "")), image,
                                 data.get("name", "")))
         return found
 
@@ -307,7 +308,7 @@ def live_result(block: Block, capture: Capture, error: BaseException | None) -> 
     status = RAN
     if error is not None:
         text = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
-        outputs.append(Output("error", block_stdout(text)))
+        outputs.append(Output("error", without_colour(text)))
         mro = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__]
         status = EXPECTED_ERROR if block.raises is not None and raised_as_declared(block.raises, mro) \
             else FAILED

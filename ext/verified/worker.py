@@ -31,8 +31,7 @@ import warnings
 from typing import Any
 
 if __package__:  # imported by the engine, as verified.worker
-    from .capture_rules import (block_stderr, block_stdout, is_block_warning,
-                                raised_as_declared, read_stream)
+    from . import capture_rules as _rules
 else:  # run as a script: the file beside this one, loaded unregistered, so that a snippet's
     # imports find only what the reader's interpreter has
     import importlib.util
@@ -41,11 +40,13 @@ else:  # run as a script: the file beside this one, loaded unregistered, so that
         "verified_capture_rules", os.path.join(os.path.dirname(__file__), "capture_rules.py"))
     _rules = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_rules)
-    block_stderr, block_stdout = _rules.block_stderr, _rules.block_stdout
-    is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
-    read_stream = _rules.read_stream
+without_colour, block_stderr, read_stream = (_rules.without_colour, _rules.block_stderr,
+                                             _rules.read_stream)
+is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
 
 IMAGE_DPI = 110
+# What IPython warns after a cell raised SystemExit (sys.exit(), exit()).
+EXIT_ADVICE = "To exit: use 'exit', 'quit', or Ctrl-D."
 # A block has ended when the work it started has: JAX dispatches asynchronously, so XLA may
 # still be computing after the cell returns. The worker waits until no other thread of its
 # process is running or waiting for a core and the process used less than SETTLE_BUSY of a
@@ -320,7 +321,7 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     stdout, stderr = capture.end(index)
 
     outputs: list[dict[str, Any]] = []
-    stdout = block_stdout(stdout)
+    stdout = without_colour(stdout)
     if stdout:
         outputs.append({"kind": "stdout", "text": stdout, "data": {}})
     stderr = block_stderr(stderr)
@@ -328,15 +329,18 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
         outputs.append({"kind": "stderr", "text": stderr, "data": {}})
     for kind, data in sink:
         name = data.pop("name", "") if kind == "glue" else ""
-        text = block_stdout(data.pop("text/plain", ""))
+        text = without_colour(data.pop("text/plain", ""))
         kept = {mime: value for mime, value in data.items() if mime == "image/png"}
         outputs.append({"kind": kind, "text": text, "data": kept, "name": name})
 
     cell_names = {name: number for name, number in shell.compile._filename_map.items()}
+    exc = result.error_before_exec or result.error_in_exec
     warning_records = []
     for item in caught:
         if not is_block_warning(str(item.message)):
             continue
+        if isinstance(exc, SystemExit) and str(item.message).startswith(EXIT_ADVICE):
+            continue  # IPython's advice for a terminal, beside the point in a page
         line = item.lineno if item.filename in cell_names else None
         warning_records.append({
             "category": item.category.__name__,
@@ -344,12 +348,11 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
             "line": line,
         })
 
-    exc = result.error_before_exec or result.error_in_exec
     error = _format_error(exc, cell_names) if exc is not None else None
     raises = block.get("raises")
     status, failure = "ran", None
     if error is not None:
-        error["traceback"] = block_stdout(error["traceback"])
+        error["traceback"] = without_colour(error["traceback"])
         outputs.append({"kind": "error", "text": error["traceback"], "data": {}})
         if raises is not None and raised_as_declared(raises, error["mro"]):
             status = "expected-error"
@@ -424,14 +427,18 @@ def main() -> None:
     end_with_parent(int(os.environ.pop("VERIFIED_PARENT", "0") or 0))
     events = _open_events(int(sys.argv[1]))
     control = os.fdopen(int(sys.argv[2]), "r", encoding="utf-8")
-    # A process the page forks (os.fork, multiprocessing) is the page's, not the worker: it
-    # must not hold the pipes to the build open after the worker has gone (the build would
-    # wait for the end of them until the block's time limit instead of seeing the exit).
-    pipes = (int(sys.argv[1]), int(sys.argv[2]))
+    # A process the page starts is the page's, not the worker: it must not hold the pipes to
+    # the build open after the worker has gone (the build would wait for their end until the
+    # block's time limit instead of seeing the exit). A program it executes (os.system,
+    # subprocess) does not inherit them; a forked child (os.fork, multiprocessing) closes
+    # them, once: its own children inherit the emptied list.
+    pipes = [int(sys.argv[1]), int(sys.argv[2])]
+    for fd in pipes:
+        os.set_inheritable(fd, False)
 
     def close_pipes() -> None:
-        for fd in pipes:
-            os.close(fd)
+        while pipes:
+            os.close(pipes.pop())
 
     os.register_at_fork(after_in_child=close_pipes)
     job = json.load(sys.stdin)
