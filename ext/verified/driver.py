@@ -167,7 +167,9 @@ def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tupl
         limits["notice"] = meaning.say()
 
 
-EXIT_LIMIT = 10.0  # seconds a worker that said it is done may take to exit
+# Seconds a worker that said it is done may take to exit (its exit handlers: an accelerator's
+# runtime shuts down in them) before its group is ended regardless.
+EXIT_LIMIT = 60.0
 
 
 def wait_unreaped(process: subprocess.Popen, limit: float = EXIT_LIMIT) -> None:
