@@ -98,6 +98,11 @@ def format_plain_text(text: str, format_spec: str) -> str:
     return format(value, format_spec)
 
 
+def glued_names(source: str) -> set[str]:
+    """The names a block's code glues with a literal name (``glue("speed", ...)``)."""
+    return set(re.findall(r"""\bglue\(\s*["']([^"']+)["']""", source))
+
+
 def glued_values(result: DocResult) -> dict[str, str]:
     """Every value the page glued, by name (a later glue of the same name wins)."""
     return {output.name: output.text for block in result.blocks for output in block.outputs
@@ -105,11 +110,12 @@ def glued_values(result: DocResult) -> dict[str, str]:
 
 
 def resolve(doctree: nodes.document, result: DocResult | None,
-            stopped: int | None = None) -> bool:
+            stopped: int | None = None, awaited: dict[str, str] | None = None) -> bool:
     """Replaces every ``glue_ref`` with its value's text; unknown names are located errors.
     ``stopped``: the line of the page's failed block, if one failed; a name no block glued
-    then may be one a block after it never got to glue, and the error says so. Returns
-    whether it reported a problem."""
+    then may be one a block after it never got to glue, and the error says so. ``awaited``:
+    names that a block not yet run where it runs would glue, with why there is no value yet.
+    Returns whether it reported a problem."""
     values = glued_values(result) if result else {}
     reported = False
     for node in list(doctree.findall(glue_ref)):
@@ -119,7 +125,8 @@ def resolve(doctree: nodes.document, result: DocResult | None,
             continue
         if key not in values:
             known = ", ".join(sorted(values)) or "none"
-            why = (f"no value: the page stopped at its failed block (line {stopped}, reported "
+            why = (f"no value yet: {awaited[key]}" if awaited and key in awaited else
+                   f"no value: the page stopped at its failed block (line {stopped}, reported "
                    f"above) before any block glued it" if stopped is not None else
                    "this page has no code-cell to glue it" if not result.blocks else
                    f"no block of this page glued that name (glued: {known})")

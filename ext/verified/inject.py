@@ -87,11 +87,28 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         result = DocResult(docname, "", Environment(), [])  # no block could glue a value
     elif not (found and found.job.blocks):
         result = None
-    glue_problems |= glue.resolve(doctree, result, stopped)
+    glue_problems |= glue.resolve(doctree, result, stopped,
+                                  _awaited_glue(build, found) if found else None)
     if glue_problems:
         # The page's doctree is kept while its text and results stay as they are: read it
         # again next build, so that the problem is reported until it is mended.
         app.env.note_reread()
+
+
+def _awaited_glue(build: BuildState, found) -> dict[str, str]:
+    """The names glued by a block that runs on a platform alone and has not run there in its
+    current form (its code, or code above it, changed since): why their values are missing."""
+    awaited: dict[str, str] = {}
+    blocks = found.job.blocks
+    for block in blocks:
+        if block.platform and build.targets.only_there(found.job.docname, block, blocks) is None:
+            label = next((target.label for target in build.config.platforms
+                          if target.name == block.platform), block.platform)
+            for name in glue.glued_names(block.source):
+                awaited.setdefault(name, (
+                    f"the block that glues it (line {block.line}) runs on {label} only and is "
+                    f"not yet verified there (it or a block above it changed since that run)"))
+    return awaited
 
 
 def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
