@@ -170,6 +170,23 @@ def test_a_page_of_processes_that_deletes_its_scratch_folder_fails_at_that_block
     assert "after the page deleted the engine's scratch folder" in result.blocks[0].failure
 
 
+def test_a_finished_worker_is_waited_for_but_not_reaped():
+    """Its pid (its group's id) stays its own until the group is ended; one already reaped
+    is no error."""
+    import subprocess
+
+    from verified.driver import wait_unreaped
+
+    process = subprocess.Popen(["sh", "-c", "exit 3"])
+    started = time.monotonic()
+    wait_unreaped(process, limit=10)
+    assert time.monotonic() - started < 5
+    with open(f"/proc/{process.pid}/stat", encoding="utf-8") as stat:
+        assert stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not reaped
+    assert process.wait() == 3
+    wait_unreaped(process, limit=1)  # reaped now: returns at once
+
+
 def test_what_a_page_leaves_running_ends_with_it(tmp_path):
     """A finished page's background process does not outlive it."""
     pid_file = tmp_path / "pid"

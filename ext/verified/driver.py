@@ -178,7 +178,10 @@ def wait_unreaped(process: subprocess.Popen, limit: float = EXIT_LIMIT) -> None:
     be another's, so the group can then be ended safely."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+        try:
+            if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                return
+        except ChildProcessError:  # already reaped (``poll``): nothing left to wait for
             return
         time.sleep(0.005)
 
