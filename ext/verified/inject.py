@@ -95,6 +95,10 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         app.env.note_reread()
 
 
+def _platform_label(build: BuildState, name: str) -> str:
+    return next((target.label for target in build.config.platforms if target.name == name), name)
+
+
 def _awaited_glue(build: BuildState, found) -> dict[str, str]:
     """The names glued by a block that runs on a platform alone and has not run there in its
     current form (its code, or code above it, changed since): why their values are missing."""
@@ -102,8 +106,7 @@ def _awaited_glue(build: BuildState, found) -> dict[str, str]:
     blocks = found.job.blocks
     for block in blocks:
         if block.platform and build.targets.only_there(found.job.docname, block, blocks) is None:
-            label = next((target.label for target in build.config.platforms
-                          if target.name == block.platform), block.platform)
+            label = _platform_label(build, block.platform)
             for name in glue.glued_names(block.source):
                 awaited.setdefault(name, (
                     f"the block that glues it (line {block.line}) runs on {label} only and is "
@@ -123,8 +126,7 @@ def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocRes
             continue
         there = build.targets.only_there(docname, block, blocks)
         if there is None:
-            label = next((target.label for target in build.config.platforms
-                          if target.name == block.platform), block.platform)
+            label = _platform_label(build, block.platform)
             text = f"runs on {label} only, and is not yet verified there"
             captions[block.index] = Verification(compare(block, result.blocks[block.index],
                                                          None, {}), None, None, caption=text)
