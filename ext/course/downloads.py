@@ -214,7 +214,8 @@ def on_build_finished(app: Sphinx, exception) -> None:
         result = with_platform_outputs(app, chapter.docname,
                                        result_for(app, chapter.docname))
         try:
-            notebook = make_notebook(source, result, notebook_check_of(app, chapter.docname, causes),
+            check = notebook_check_of(app, chapter.docname, causes)
+            notebook = make_notebook(source, result, check,
                                      text_context_of(app, chapter.docname, result))
         except Exception as err:  # jupytext refuses the page: say where, build the rest
             logger.warning(f"no notebook download: jupytext cannot read the page: {err}",

@@ -170,6 +170,8 @@ def select_within_limits(selector: selectors.BaseSelector, limits: dict) -> tupl
 # Seconds a worker that said it is done may take to exit (its exit handlers: an accelerator's
 # runtime shuts down in them) before its group is ended regardless.
 EXIT_LIMIT = 60.0
+# Seconds a worker that closed its pipe without finishing (it crashed, it died) may take to exit.
+CLOSED_EXIT_LIMIT = 2.0
 
 
 def wait_unreaped(process: subprocess.Popen, limit: float = EXIT_LIMIT) -> None:

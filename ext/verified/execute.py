@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from . import stop
-from .driver import (EXIT_LIMIT, SCRATCH_DELETED, STARTUP_LIMIT, WORKER, describe_exit,
-                     end_block_limits, fallback_environment, kill, partial_outputs,
-                     select_within_limits, start_limits, wait_unreaped, worker_env)
+from .driver import (CLOSED_EXIT_LIMIT, EXIT_LIMIT, SCRATCH_DELETED, STARTUP_LIMIT, WORKER,
+                     describe_exit, end_block_limits, fallback_environment, kill,
+                     partial_outputs, select_within_limits, start_limits, wait_unreaped,
+                     worker_env)
 from .gate import BlockGate
 from .hang import dump_stack, stuck_at
 from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
@@ -55,9 +56,6 @@ def run_document(job: DocJob, *, default_timeout: float, extra_env: dict[str, st
               for block in job.blocks]
     return DocResult(docname=job.docname, key=job.key, environment=environment,
                      blocks=blocks, duration=time.perf_counter() - started)
-
-
-CLOSED_EXIT_LIMIT = 2.0  # seconds a worker that closed its pipe without finishing may take to exit
 
 
 def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra_env, gate,

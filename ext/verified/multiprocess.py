@@ -34,6 +34,7 @@ import tempfile
 import time
 
 from .driver import (
+    CLOSED_EXIT_LIMIT,
     SCRATCH_DELETED,
     STARTUP_LIMIT,
     WORKER,
@@ -285,7 +286,7 @@ def _drive(job: DocJob, scratch, workdir, default_timeout, extra_env, gate, core
         # Finished: give jax.distributed's shutdown a moment, then end the group regardless.
         _wait_all(workers, EXIT_GRACE)
     elif gone is not None:
-        wait_unreaped(gone.popen)
+        wait_unreaped(gone.popen, CLOSED_EXIT_LIMIT)
     elif failure is not None and failure != "grace" and running is not None:
         for worker in workers:  # a limit stopped them: where was each still in the block?
             if worker.running == running:

@@ -310,8 +310,8 @@ def live_result(block: Block, capture: Capture, error: BaseException | None) -> 
         text = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
         outputs.append(Output("error", without_colour(text)))
         mro = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__]
-        status = EXPECTED_ERROR if block.raises is not None and raised_as_declared(block.raises, mro) \
-            else FAILED
+        declared = block.raises is not None and raised_as_declared(block.raises, mro)
+        status = EXPECTED_ERROR if declared else FAILED
     elif block.raises is not None:
         status = FAILED
     return BlockResult(index=block.index, status=status, outputs=outputs,

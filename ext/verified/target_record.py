@@ -37,6 +37,7 @@ from .model import (
 from .record import BUILTIN_NORMALIZERS, source_digest
 from .targets import Target
 
+
 @dataclass
 class TargetBlock:
     line: int
