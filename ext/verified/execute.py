@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from . import stop
 from .driver import (CLOSED_EXIT_LIMIT, EXIT_LIMIT, SCRATCH_DELETED, STARTUP_LIMIT, WORKER,
