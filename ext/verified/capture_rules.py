@@ -84,3 +84,53 @@ def raised_as_declared(raises: str, mro: list[str]) -> bool:
     if not raises:
         return True
     return any(name == raises or name.rsplit(".", 1)[-1] == raises for name in mro)
+
+
+def display_error(exc_tuple) -> BaseException | None:
+    """The exception IPython's display formatter caught while it formatted a value (a
+    ``__repr__``, ``_repr_html_`` or ``_repr_png_`` that raised) and handed to the shell's
+    ``showtraceback`` (``exc_tuple``, as the formatter passes it): it is the block's error,
+    to be raised again where the value was shown. None for any other traceback."""
+    if not isinstance(exc_tuple, tuple) or len(exc_tuple) != 3:
+        return None
+    _, value, trace = exc_tuple
+    if not isinstance(value, Exception) or trace is None:
+        return None
+    where = trace.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    return value if where.endswith("IPython/core/formatters.py") else None
+
+
+def exception_message(exc: BaseException) -> str | None:
+    """``str(exc)``, or None where the exception's own ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any failure of a page's __str__ is the same case
+        return None
+
+
+def exception_text(exc: BaseException) -> str:
+    """The exception's last line, ``Type: message``, as a traceback ends: where its message
+    cannot be formatted, its own type still, and a note saying so."""
+    if exception_message(exc) is None:
+        name = type(exc).__qualname__
+        module = type(exc).__module__
+        if module not in ("builtins", "__main__"):
+            name = f"{module}.{name}"
+        return f"{name}: <its message could not be formatted: its __str__ raised>"
+    import traceback
+
+    return "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
+
+
+# What in a block's stderr says that something failed: a Python traceback, or a JAX or XLA log
+# line saying so (``jax.pure_callback failed``, ``E1205 … ExecutePrepare… failed: …``).
+FAILURE_SIGN = re.compile(
+    r"^(?:Traceback \(most recent call last\):"
+    r"|(?:jax|jaxlib)\.[\w.]+ failed\b.*"
+    r"|[EF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\].*\bfailed\b.*)$", re.MULTILINE)
+
+
+def failure_sign(text: str) -> str | None:
+    """The first line of a block's stderr that says something failed, if one does."""
+    found = FAILURE_SIGN.search(text)
+    return found.group(0) if found else None

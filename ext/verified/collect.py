@@ -211,6 +211,7 @@ def _block(index: int, line: int, source: str, options: dict,
         normalize=tuple(options.get("normalize", ())),
         tolerance=None if tolerance == "exact" else tolerance,
         exclusive="exclusive" in options or (settings.exclusive_varies and varies),
+        stderr_failure=options.get("stderr") == "failure",
         platform=options.get("platform"),
     )
 

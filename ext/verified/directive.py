@@ -35,6 +35,7 @@ DISPLAY_TAGS = frozenset({
 EXERCISE_TAGS = frozenset({"exercise-starter", "exercise-solution", "exercise-check"})
 KNOWN_TAGS = EXECUTION_TAGS | DISPLAY_TAGS | EXERCISE_TAGS
 OUTPUT_MODES = ("exact", "varies")
+STDERR_MODES = ("failure",)  # ``:stderr: failure``: the block means the failure its stderr shows
 logger = logging.getLogger(__name__)
 _DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -76,6 +77,10 @@ def raises_option(argument: str | None) -> str:
 
 def output_option(argument: str | None) -> str:
     return directives.choice((argument or "").strip(), OUTPUT_MODES)
+
+
+def stderr_option(argument: str | None) -> str:
+    return directives.choice((argument or "").strip(), STDERR_MODES)
 
 
 def timeout_option(argument: str | None) -> float:
@@ -182,6 +187,7 @@ class CodeCellDirective(SphinxDirective):
         "tags": tags_option,
         "raises": raises_option,
         "output": output_option,
+        "stderr": stderr_option,
         "predict": predict_option,
         "timeout": timeout_option,
         "normalize": normalize_option,

@@ -22,7 +22,8 @@ from .driver import (CLOSED_EXIT_LIMIT, EXIT_LIMIT, SCRATCH_DELETED, STARTUP_LIM
                      worker_env)
 from .gate import BlockGate
 from .hang import dump_stack, stuck_at
-from .model import FAILED, NOT_RUN, BlockResult, DocJob, DocResult, Environment, block_result_from_json
+from .model import (FAILED, NOT_RUN, SKIPPED, BlockResult, DocJob, DocResult, Environment,
+                    Output, block_result_from_json)
 from .multiprocess import run_multiprocess_document
 
 
@@ -164,8 +165,13 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
                     if held:
                         gate.downgrade()
                         held = False
-                elif kind == "environment":
+                elif kind == "environment":  # the blocks are over; its exit handlers run
                     environment = Environment(**message["environment"])
+                    limits["exit"] = (time.monotonic() + EXIT_LIMIT,
+                                      f"the page's exit handlers (atexit) did not end within "
+                                      f"{EXIT_LIMIT:g} s")
+                elif kind == "exit":
+                    _at_exit(results, message)
                 elif kind == "done":
                     finished = True
     finally:
@@ -188,11 +194,15 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     with stderr_reader:
         stderr = stderr_reader.read().decode("utf-8", errors="replace")
 
-    if not finished and running is None:
+    if not finished and environment is not None:  # its blocks were over: it ended at exit
+        if failure is None:
+            failure = describe_exit(process.returncode) + " while its exit handlers ran"
+        _at_exit(results, {"failure": failure})
+    elif not finished and running is None:
         # The worker died between blocks (while starting up, say): blame the next block.
         done = {result.index for result in results}
         running = next((b.index for b in job.blocks if b.index not in done), None)
-    if not finished and running is not None:
+    if not finished and running is not None and environment is None:
         if failure is None:
             failure = describe_exit(process.returncode)
             if not os.path.isdir(capture_dir):
@@ -205,3 +215,19 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     return results, environment or fallback_environment()
 
 
+def _at_exit(results: list[BlockResult], ended: dict) -> None:
+    """What the page's interpreter did at its end, said at its last block that ran (a page
+    has no later place): an exception an exit handler raised, or the handlers' hang or
+    crash (``failure``), fails it; stderr that says something failed is shown with it."""
+    last = next((result for result in reversed(results) if result.status != SKIPPED), None)
+    if last is None:
+        return
+    if ended.get("stderr"):
+        last.outputs.append(Output("stderr", "At the interpreter's exit:\n" + ended["stderr"]))
+    last.outputs.extend(Output("error", text) for text in ended.get("errors", ()))
+    failure = ended.get("failure")
+    if failure is None and ended.get("names"):
+        failure = (f"the page's interpreter raised {', '.join(ended['names'])} at its exit "
+                   f"(in an exit handler), after its last block")
+    if failure is not None and not last.failed:
+        last.status, last.failure = FAILED, failure

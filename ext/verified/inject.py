@@ -16,6 +16,7 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 
 from . import glue
+from .capture_rules import failure_sign
 from .directive import code_cell
 from .locate import failure_line
 from .model import BlockResult, DocResult, Environment
@@ -67,6 +68,12 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
             logger.error(failure_report(block, block_result, where),
                          location=(docname, failure_line(block, block_result, found.job.path)),
                          type="verified", subtype="block-failed")
+        elif not block.stderr_failure and (sign := stderr_failure(block_result)):
+            where = f" on {block.platform}" if block.platform else ""
+            logger.warning(f"code-cell passed{where}, but its stderr says something failed: "
+                           f"{sign!r}; where the page means it, declare :stderr: failure",
+                           location=(docname, block.line), type="verified",
+                           subtype="stderr-failure")
         verification = elsewhere.get(block.index) or _verify(build, docname, block,
                                                              block_result)
         prompt = next(iter(node.findall(nodes.paragraph)), None)
@@ -182,3 +189,9 @@ def result_for(app: Sphinx, docname: str) -> DocResult | None:
     found = build.collected.get(docname)
     return build.stored(found) if found and found.job.blocks else None
 
+
+def stderr_failure(result: BlockResult) -> str | None:
+    """The first line of a block's stderr (any process's) that says something failed."""
+    outputs = [*result.outputs, *(o for other in result.others for o in other.outputs)]
+    return next((sign for output in outputs if output.kind == "stderr"
+                 and (sign := failure_sign(output.text))), None)

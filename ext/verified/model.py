@@ -43,6 +43,9 @@ class Block:
     normalize: tuple[str, ...] = ()
     tolerance: Tolerance | None = None  # how printed numbers are compared with the record
     exclusive: bool = False  # runs with no other block of any page running (it times something)
+    # ``:stderr: failure``: its stderr says something failed on purpose (display-only: the
+    # build does not warn of it).
+    stderr_failure: bool = False
     # A verified platform (targets.py) that alone runs this block: the main run does not.
     platform: str | None = None
 

@@ -16,13 +16,12 @@ import dataclasses
 import os
 import re
 import sys
-import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .capture_rules import (block_stderr, is_block_warning, raised_as_declared, stream_text,
-                            without_colour)
+from .capture_rules import (block_stderr, display_error, exception_text, is_block_warning,
+                            raised_as_declared, stream_text, without_colour)
 from .model import (EXPECTED_ERROR, FAILED, FAILED_BECAUSE, RAN, Block, BlockResult, Output,
                     WarningRecord)
 from .record import RecordedBlock, compare, source_digest
@@ -176,8 +175,8 @@ class Capture:
         # stdout: they are the value and the error, not what the block printed.
         self._patch(self.shell.displayhook, "start_displayhook", self._mute)
         self._patch(self.shell.displayhook, "finish_displayhook", self._unmute, after=True)
-        for name in ("showtraceback", "showsyntaxerror"):
-            self._patch(self.shell, name, self._mute, self._unmute)
+        self._patch(self.shell, "showtraceback", self._traceback, self._unmute)
+        self._patch(self.shell, "showsyntaxerror", self._mute, self._unmute)
         caught = warnings.catch_warnings()
         caught.__enter__()
         self._undo.append(lambda: caught.__exit__(None, None, None))
@@ -241,6 +240,14 @@ class Capture:
 
     def _mute(self, *args, **kwargs) -> None:
         self.muted = True
+
+    def _traceback(self, exc_tuple=None, *args, **kwargs) -> None:
+        """A display formatter's exception is the cell's error, as it is the block's in the
+        page's worker: raised again where the value was shown."""
+        error = display_error(exc_tuple)
+        if error is not None:
+            raise error
+        self._mute()
 
     def _unmute(self, *args, **kwargs) -> None:
         self.muted = False
@@ -307,8 +314,7 @@ def live_result(block: Block, capture: Capture, error: BaseException | None) -> 
     outputs = capture.outputs()
     status = RAN
     if error is not None:
-        text = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
-        outputs.append(Output("error", without_colour(text)))
+        outputs.append(Output("error", without_colour(exception_text(error))))
         mro = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__]
         declared = block.raises is not None and raised_as_declared(block.raises, mro)
         status = EXPECTED_ERROR if declared else FAILED

@@ -43,6 +43,8 @@ else:  # run as a script: the file beside this one, loaded unregistered, so that
 without_colour, block_stderr, read_stream = (_rules.without_colour, _rules.block_stderr,
                                              _rules.read_stream)
 is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
+display_error, exception_message, exception_text, failure_sign = (
+    _rules.display_error, _rules.exception_message, _rules.exception_text, _rules.failure_sign)
 
 IMAGE_DPI = 110
 # What IPython warns after a cell raised SystemExit (sys.exit(), exit()).
@@ -69,11 +71,11 @@ class Capture:
         self.capture_dir = capture_dir
         self.saved = (os.dup(1), os.dup(2))
 
-    def paths(self, index: int) -> tuple[str, str]:
+    def paths(self, index: int | str) -> tuple[str, str]:
         base = os.path.join(self.capture_dir, str(index))
         return base + ".stdout", base + ".stderr"
 
-    def begin(self, index: int) -> None:
+    def begin(self, index: int | str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         for fd, path in zip((1, 2), self.paths(index)):
@@ -81,7 +83,7 @@ class Capture:
             os.dup2(target, fd)
             os.close(target)
 
-    def end(self, index: int) -> tuple[str, str]:
+    def end(self, index: int | str) -> tuple[str, str]:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(self.saved[0], 1)
@@ -126,12 +128,21 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
         displayhook_class = SinkDisplayHook
         display_pub_class = SinkDisplayPublisher
 
-        # Errors are taken from the ExecutionResult and formatted by this module.
-        def showtraceback(self, *args, **kwargs):
-            pass
+        # Errors are taken from the ExecutionResult and formatted by this module. A display
+        # formatter hands its exception here and goes on without the value: raised again, it
+        # is the block's error, where the value was shown (the trailing value, display()).
+        def showtraceback(self, exc_tuple=None, *args, **kwargs):
+            error = display_error(exc_tuple)
+            if error is not None:
+                raise error
 
         def showsyntaxerror(self, *args, **kwargs):
             pass
+
+        def _format_exception_for_storage(self, *args, **kwargs):
+            # For the error history (off here): its str() of an exception whose __str__
+            # raises would put that error in the block's error's place.
+            return {}
 
         def showindentationerror(self):
             pass
@@ -150,24 +161,30 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
     return shell
 
 
-def _flush_figures(sink: list[tuple[str, dict[str, Any]]]) -> None:
-    """Turns every open matplotlib figure into a PNG display output, then closes it."""
+def _flush_figures(sink: list[tuple[str, dict[str, Any]]]) -> Exception | None:
+    """Turns every open matplotlib figure into a PNG display output, then closes them all;
+    the exception that drawing one raised, if any, is the block's error."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
-        return
+        return None
     import io
 
-    for number in pyplot.get_fignums():
-        figure = pyplot.figure(number)
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=IMAGE_DPI, bbox_inches="tight",
-                       metadata={"Software": None})
-        width, height = figure.get_size_inches() * IMAGE_DPI
-        sink.append(("display", {
-            "image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
-            "text/plain": f"<Figure size {int(width)}x{int(height)}>",
-        }))
-    pyplot.close("all")
+    try:
+        for number in pyplot.get_fignums():
+            figure = pyplot.figure(number)
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", dpi=IMAGE_DPI, bbox_inches="tight",
+                           metadata={"Software": None})
+            width, height = figure.get_size_inches() * IMAGE_DPI
+            sink.append(("display", {
+                "image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+                "text/plain": f"<Figure size {int(width)}x{int(height)}>",
+            }))
+    except Exception as error:  # noqa: BLE001 - whatever drawing raised is the block's
+        return error
+    finally:
+        pyplot.close("all")
+    return None
 
 
 def _format_error(exc: BaseException, cell_names: dict[str, int]) -> dict[str, Any]:
@@ -184,11 +201,11 @@ def _format_error(exc: BaseException, cell_names: dict[str, int]) -> dict[str, A
     if isinstance(exc, SyntaxError) and exc.filename in cell_names:
         exc.filename = f"Cell [{cell_names[exc.filename]}]"
     header = ["Traceback (most recent call last):\n"] if lines else []
-    tail = traceback.format_exception_only(type(exc), exc)
+    message = exception_message(exc)
     return {
         "ename": type(exc).__name__,
-        "evalue": str(exc),
-        "traceback": "".join(header + lines + tail).rstrip("\n"),
+        "evalue": message if message is not None else "",
+        "traceback": "".join(header + lines + [exception_text(exc)]),
         "mro": [f"{cls.__module__}.{cls.__qualname__}" for cls in type(exc).__mro__],
     }
 
@@ -315,7 +332,7 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
         shell.execution_count = index + 1
         result = shell.run_cell(block["source"], store_history=True)
         settle()
-        _flush_figures(sink)
+        drawing_error = _flush_figures(sink)
     duration = time.perf_counter() - started
     wall_ended = time.time()
     stdout, stderr = capture.end(index)
@@ -334,7 +351,7 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
         outputs.append({"kind": kind, "text": text, "data": kept, "name": name})
 
     cell_names = {name: number for name, number in shell.compile._filename_map.items()}
-    exc = result.error_before_exec or result.error_in_exec
+    exc = result.error_before_exec or result.error_in_exec or drawing_error
     warning_records = []
     for item in caught:
         if not is_block_warning(str(item.message)):
@@ -477,15 +494,37 @@ def main() -> None:
         if block_result["status"] == "failed" and not job.get("keep_going"):
             break
     emit({"event": "environment", "environment": _environment()})
+    ended = run_exit_handlers(shell, capture)
+    if ended is not None:
+        emit({"event": "exit", **ended})
     emit({"event": "done"})
     events.close()
-    # Everything is with the parent. The exit handlers run (the page's, and JAX's, which
-    # shut jax.distributed down), then the interpreter ends without tearing down its
-    # modules: that takes half a second with JAX loaded, and the page's slot would wait.
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # Everything is with the parent. The interpreter ends without tearing down its modules:
+    # that takes half a second with JAX loaded, and the page's slot would wait.
     os._exit(0)
+
+
+def run_exit_handlers(shell, capture: Capture) -> dict[str, Any] | None:
+    """Runs the exit handlers (the page's, and JAX's, which shut jax.distributed down) as
+    the interpreter's end would, with their output captured: what the page needs to know of
+    them, or None. An exception one raised is the page's error (Python would only print it);
+    stderr that says something failed is kept for the page to show."""
+    raised: list[BaseException] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: raised.append(unraisable.exc_value)
+    capture.begin("exit")
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        _, stderr = capture.end("exit")
+        sys.unraisablehook = hook
+    stderr = block_stderr(stderr)
+    if not raised and failure_sign(stderr) is None:
+        return None
+    cell_names = dict(shell.compile._filename_map)
+    errors = [_format_error(exc, cell_names) for exc in raised if exc is not None]
+    return {"stderr": stderr, "errors": [without_colour(e["traceback"]) for e in errors],
+            "names": [e["ename"] for e in errors]}
 
 
 if __name__ == "__main__":

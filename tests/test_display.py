@@ -1,0 +1,84 @@
+"""No failure hides: an exception raised while a value is shown (its repr, its HTML or PNG
+repr, a figure's drawing), one raised at the interpreter's exit, one whose message cannot be
+formatted, and a failure that a passing block's stderr reports. Plain Python, no JAX."""
+
+from __future__ import annotations
+
+from verified.capture_rules import failure_sign
+
+
+def test_every_hidden_failure_is_located(site):
+    build = site("display").build()
+    assert build.app.statuscode == 1
+    assert build.warning_lines() == [
+        # At the interpreter's exit: the page's last block.
+        "atexit.md:9: ERROR: code-cell failed: the page's interpreter raised ZeroDivisionError at its exit (in an exit handler), after its last block",
+        # Drawing the figure called the page's own formatter, which raised.
+        "figure.md:3: ERROR: code-cell failed: the block raised ZeroDivisionError",
+        "png.md:3: ERROR: code-cell failed: the block raised ValueError",
+        "repr.md:3: ERROR: code-cell failed: the block raised RuntimeError",
+        "stderr.md:5: WARNING: code-cell passed, but its stderr says something failed: 'Traceback (most recent call last):'; where the page means it, declare :stderr: failure [verified.stderr-failure]",
+        "stderr.md:16: WARNING: code-cell passed, but its stderr says something failed: 'E1205 21:24:11.635361   18843 common_pjrt_client.cc:1622] Execute failed: INVALID_ARGUMENT: donated twice'; where the page means it, declare :stderr: failure [verified.stderr-failure]",
+    ]
+    # Each error with its traceback, down to the page's own frame that raised.
+    assert ("  Cell [1], line 5, in <module>\n    Bad()\n  Cell [1], line 3, in __repr__\n"
+            "    raise RuntimeError(\"repr exploded\")\nRuntimeError: repr exploded"
+            ) in build.warnings
+    assert "in _repr_png_" in build.warnings
+    assert "cell-output stdout" not in build.html("png")  # the block stopped there
+    assert "ZeroDivisionError: division by zero" in build.html("figure")
+    # Expected, the HTML repr's error is the block's: shown, and the build is clean of it.
+    html = build.html("html")
+    assert "in _repr_html_" in html and "KeyError: 'no such column'" in html
+    assert "cell-output result" not in html  # the value, unformatted, shows nothing
+    atexit = build.html("atexit")
+    assert "the last block" in atexit and "in &lt;lambda&gt;" in atexit
+    # Its own type, so that :raises: WeirdError matches, and a note for the message.
+    weird = build.html("weird")
+    assert "WeirdError: &lt;its message could not be formatted: its __str__ raised&gt;" in weird
+    assert "ValueError" not in weird.split("cell-output")[-1]
+
+
+def test_what_in_stderr_says_a_failure():
+    assert failure_sign("fine\nTraceback (most recent call last):\n  x\n") == (
+        "Traceback (most recent call last):")
+    assert failure_sign("jax.pure_callback failed\n") == "jax.pure_callback failed"
+    assert failure_sign("E1205 21:24:11.635361   18843 common_pjrt_client.cc:1622] "
+                        "ExecutePrepareWithOomRetries failed: INVALID_ARGUMENT: x\n")
+    # Words about failure in ordinary output, and a log line that is not an error, are not.
+    assert failure_sign("the test failed as predicted\n") is None
+    assert failure_sign("I1205 21:24:11.635361   18843 x.cc:1] retry failed once\n") is None
+    assert failure_sign("  Traceback (most recent call last): quoted\n") is None
+
+
+def test_the_notebook_check_takes_a_display_error_as_the_cell_s_error():
+    """The chapter notebook's check shares the rule: what the page recorded as the block's
+    error is the cell's error there too, and an unformattable message reads the same."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from verified.model import Block
+    from verified.selfcheck import Capture, live_result
+
+    shell = InteractiveShell.instance()
+    try:
+        results = []
+        for source in ("class Bad:\n    def _repr_html_(self):\n"
+                       "        raise RuntimeError('html exploded')\nBad()",
+                       "class WeirdError(Exception):\n    def __str__(self):\n"
+                       "        raise ValueError\nraise WeirdError()"):
+            capture = Capture(shell)
+            capture.start()
+            try:
+                error = shell.run_cell(source).error_in_exec
+            finally:
+                capture.stop()
+            block = Block(0, 1, source, raises=type(error).__name__ if error else None)
+            live = live_result(block, capture, error)
+            results.append((live.status, [(o.kind, o.text) for o in live.outputs]))
+    finally:
+        InteractiveShell.clear_instance()
+    assert results == [
+        ("expected-error", [("error", "RuntimeError: html exploded")]),
+        ("expected-error", [("error", "WeirdError: <its message could not be formatted: its "
+                                      "__str__ raised>")]),
+    ]
