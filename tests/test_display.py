@@ -82,3 +82,23 @@ def test_the_notebook_check_takes_a_display_error_as_the_cell_s_error():
         ("expected-error", [("error", "WeirdError: <its message could not be formatted: its "
                                       "__str__ raised>")]),
     ]
+
+
+def test_the_interpreter_s_end_is_reported_at_the_page_s_last_block():
+    """An exit handler that ends the interpreter, or that logs a failure, is not lost."""
+    from verified.execute import run_document
+    from verified.model import Block, DocJob, DocSettings
+
+    def last_block(source: str):
+        blocks = (Block(0, 1, source), Block(1, 11, "print('last')"))
+        job = DocJob("page", "page.md", DocSettings(), blocks, key="k")
+        return run_document(job, default_timeout=30.0, extra_env={}).blocks[-1]
+
+    crashed = last_block("import atexit, os\natexit.register(os._exit, 3)")
+    assert (crashed.status, crashed.failure) == (
+        "failed", "the interpreter exited with status 3 while its exit handlers ran")
+    logged = last_block("import atexit, sys\n"
+                        "atexit.register(lambda: print('jax.foo failed', file=sys.stderr))")
+    assert logged.status == "ran"
+    assert [(o.kind, o.text) for o in logged.outputs] == [
+        ("stdout", "last\n"), ("stderr", "At the interpreter's exit:\njax.foo failed\n")]

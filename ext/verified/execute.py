@@ -73,6 +73,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
             for b in job.blocks
         ],
         "keep_going": keep_going,
+        "report_exit": True,
     }
     stop.check()  # an interrupted build starts no page
     # Held shared while the interpreter may be busy (see gate.py): from here to its exit.

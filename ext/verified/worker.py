@@ -494,13 +494,19 @@ def main() -> None:
         if block_result["status"] == "failed" and not job.get("keep_going"):
             break
     emit({"event": "environment", "environment": _environment()})
-    ended = run_exit_handlers(shell, capture)
-    if ended is not None:
-        emit({"event": "exit", **ended})
+    if job.get("report_exit"):  # the parent waits for the exit handlers and hears of them
+        ended = run_exit_handlers(shell, capture)
+        if ended is not None:
+            emit({"event": "exit", **ended})
     emit({"event": "done"})
     events.close()
-    # Everything is with the parent. The interpreter ends without tearing down its modules:
-    # that takes half a second with JAX loaded, and the page's slot would wait.
+    # Everything is with the parent. The exit handlers run, if they have not (the pages of
+    # several processes: jax.distributed's shutdown, which their driver gives a moment), then
+    # the interpreter ends without tearing down its modules: that takes half a second with
+    # JAX loaded, and the page's slot would wait.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(0)
 
 
