@@ -285,7 +285,12 @@ def test_on_the_stand_in_platform_it_compares_with_that_record(recorded_root, tm
     # glued value is compared with the record like any output.
     notebook.cells.insert(1, nbformat.v4.new_code_cell(
         "import sys\nsys.modules['myst_nb'] = None  # no MyST-NB here"))
-    _execute(notebook, tmp_path / "run")
+    # The block that fails on the stand-in alone is not tagged raises-exception (the main
+    # record, where the reader is expected to run, has it run): run-all stops there unless
+    # told otherwise, and its check line says what the record holds.
+    raising = [c for c in notebook.cells if "lacking = 1" in c.source][0]
+    assert "raises-exception" not in raising.metadata.get("tags", [])
+    _execute(notebook, tmp_path / "run", allow_errors=True)
     assert _setup_lines(notebook)[1].startswith(
         "This notebook compares with the Stand-in record (jax ")
     assert _lines(notebook, "check:") == [
@@ -409,3 +414,20 @@ def test_a_difference_names_the_cause_the_platforms_page_gives_it():
         1: "An operation the stand-in lacks (the Platforms page)"}
     assert explained_blocks("index", verdicts[:1], causes, "https://x/platforms.html") == {
         0: "The stand-in prints its own name (https://x/platforms.html#cause-own-output)"}
+
+
+def test_a_platform_s_figure_is_named_not_carried(capsys, monkeypatch):
+    """A block that runs on a platform alone, elsewhere: its text is shown from the record;
+    its figure, whose pixels the notebook does not carry, is named with where to see it."""
+    from verified import selfcheck
+
+    block = {"index": 3, "platform": "tpu-v5e"}
+    outputs = [{"kind": "stdout", "text": "steps: 10\n"},
+               {"kind": "display", "text": "<Figure size 640x480 with 1 Axes>",
+                "data": {"image/png": "image"}}]
+    monkeypatch.setitem(selfcheck._ACTIVE, "data", {
+        "blocks": [block], "elsewhere": {"3": outputs}, "platforms": {"tpu-v5e": "TPU v5e"}})
+    selfcheck.show_recorded(3)
+    assert capsys.readouterr().out == (
+        "steps: 10\n[<Figure size 640x480 with 1 Axes>, drawn on TPU v5e: the chapter's page "
+        "shows it]\n")

@@ -591,11 +591,16 @@ def show_recorded(index: int) -> None:
         print(f"(runs on {data['platforms'].get(block['platform'], block['platform'])} only, "
               f"and is not yet verified there)")
         return
+    there = data["platforms"].get(block["platform"], block["platform"])
     for output in outputs:
         if output["kind"] in ("stdout", "stderr"):
             getattr(sys, output["kind"]).write(output["text"])
+        elif output["kind"] in ("display", "result") and output.get("data"):
+            # The notebook carries no figure's pixels: the page shows it.
+            print(f"[{output['text'] or 'a figure'}, drawn on {there}: the chapter's page "
+                  f"shows it]")
         elif output["kind"] in ("display", "result"):
-            display({"text/plain": output["text"], **output.get("data", {})}, raw=True)
+            display({"text/plain": output["text"]}, raw=True)
 
 
 def totals() -> None:
