@@ -74,9 +74,9 @@ def make_notebook(source: Path, result: DocResult | None, check: NotebookCheck |
                   text: TextContext | None = None) -> nbformat.NotebookNode:
     """The page as a notebook with this build's outputs. With ``check``, generated cells
     make it check itself where it runs (a visible note, a hidden helper and the set-up cell
-    first, the totals last); with ``text``, the prose shows glued values and the course's roles as the
-    page does. Exercise solutions are left out: the reader fills in the starter and runs the
-    check."""
+    first, the totals last); with ``text``, the prose shows glued values and the course's
+    roles as the page does. Exercise solutions are left out: the reader fills in the starter
+    and runs the check."""
     notebook = jupytext.read(source, fmt="md:myst")
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for cell, block_result in zip(code_cells, result.blocks if result else []):
