@@ -77,8 +77,8 @@ def test_captions_give_every_platform_verdict(platform_site):
                      r'(.*?)</p>', page, re.S)
     assert note and page.index(note.group(0)) < page.index('class="cell ')
     assert unescape(re.sub(r"<[^>]+>", "", note.group(1))) == (
-        "On Stand-in, 1 block of this page did not run, because the block in “Platform” "
-        "fails there.")
+        "On Stand-in, 1 block of this page did not run, because a block before it fails "
+        "there: in “Platform”.")
     assert 'href="#block-line-24"' in note.group(1) and 'id="block-line-24"' in page
     assert page.count("chapter-target-note") == 1
     fold = re.search(r'<details class="cell-reveal cell-matrix-output"><summary>'
@@ -427,14 +427,19 @@ def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
 
     tpu = Target(PLATFORM, "tpu-v5e", "TPU v5e", P("python"))
     old = Target(VERSION, "0.4.38", "jax 0.4.38", P("python"))
-    first, second = Block(1, 20, "a = f()"), Block(4, 50, "b = g()")
-    depending = [*(Verdict(DEPENDS, tpu, because=first) for _ in range(3)),
-                 Verdict(DEPENDS, tpu, because=second), Verdict(DEPENDS, old)]
-    notes = chapter_notes(depending, {1: "Meshes", 4: "Collectives"})
+    first, again, second = Block(1, 20, "a = f()"), Block(2, 30, "c = h()"), Block(4, 50, "b")
+    depending = [Verdict(DEPENDS, tpu, because=second), Verdict(DEPENDS, tpu, because=again),
+                 *(Verdict(DEPENDS, tpu, because=first) for _ in range(3)),
+                 Verdict(DEPENDS, old)]
+    notes = chapter_notes(depending, {1: "Meshes", 2: "Meshes", 4: "Collectives"})
+    # Each section named once, in page order, linked to its first failing block.
     assert [note.astext() for note in notes] == [
-        "On TPU v5e, 4 blocks of this page did not run, because the block in “Meshes” and the "
-        "block in “Collectives” fail there.",
+        "On TPU v5e, 5 blocks of this page did not run, because blocks before them fail there: "
+        "in “Meshes” and “Collectives”.",
         "On jax 0.4.38, 1 block of this page did not run, because a block before it fails "
         "there."]
     assert [ref["refid"] for ref in notes[0].findall(lambda n: "refid" in n)] == [
         "block-line-20", "block-line-50"]
+    one = chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"})
+    assert one[0].astext() == ("On TPU v5e, 1 block of this page did not run, because a block "
+                               "before it fails there: in “Meshes”.")

@@ -211,31 +211,35 @@ def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
 
 def chapter_notes(depending: list[Verdict], sections: dict[int, str]) -> list[nodes.Node]:
     """One line per target for a page's blocks that did not run there because an earlier
-    block fails there (said once, at the top, not under each of them): how many, and a link
-    to each failing block, named by its section (``sections``: block index to title)."""
+    block fails there (said once, at the top, not under each of them): how many, and where
+    the failing blocks are, by section (``sections``: block index to title), each section
+    linked to its first failing block."""
     rendered: list[nodes.Node] = []
     by_target: dict[str, list[Verdict]] = {}
     for item in depending:
         by_target.setdefault(item.target.name, []).append(item)
     for items in by_target.values():
         label, count = items[0].target.label, len(items)
-        failing = list({item.because.index: item.because for item in items
-                        if item.because is not None}.values())
+        failing = sorted({item.because.index: item.because for item in items
+                          if item.because is not None}.values(), key=lambda b: b.index)
+        places: dict[str, Block] = {}  # section title: its first failing block
+        for block in failing:
+            places.setdefault(sections.get(block.index, ""), block)
         line = nodes.paragraph(classes=["cell-caption", "chapter-target-note",
                                         f"cell-target-{items[0].target.kind}"])
         blocks, them = ("1 block", "it") if count == 1 else (f"{count} blocks", "them")
         line += nodes.Text(f"On {label}, {blocks} of this page did not run, because ")
-        if not failing:
-            line += nodes.Text(f"a block before {them} fails there.")
-        for at, block in enumerate(failing):
-            if at:
-                last = at == len(failing) - 1
-                line += nodes.Text((" and " if len(failing) == 2 else ", and ") if last else ", ")
-            title = sections.get(block.index)
-            words = f"the block in “{title}”" if title else f"a block before {them}"
+        if len(failing) <= 1:
+            line += nodes.Text(f"a block before {them} fails there")
+        else:
+            line += nodes.Text(f"blocks before {them} fail there")
+        named = [(title, block) for title, block in places.items() if title]
+        for at, (title, block) in enumerate(named):
+            line += nodes.Text(": in " if at == 0 else
+                               (" and " if at == len(named) - 1 else ", "))
+            words = f"“{title}”"
             line += nodes.reference(words, words, refid=block_anchor(block), internal=True)
-        if failing:
-            line += nodes.Text(" fails there." if len(failing) == 1 else " fail there.")
+        line += nodes.Text(".")
         rendered.append(line)
     return rendered
 
