@@ -151,10 +151,11 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
 def test_warm_rebuild_executes_nothing(site):
     copy = site("basic")
     first = copy.build()
-    assert f"{BASIC_BLOCKS} blocks: 11 ran, 0 cached, 0 from the record, 0 failed (1 skipped)" in first.status
+    assert "MdParserConfig" not in first.status  # myst-parser's configuration, on every build
+    assert f"{BASIC_BLOCKS} blocks: 11 ran, 0 cached, 0 from the record, 0 did not run cleanly (1 skipped)" in first.status
     again = copy.build()
     assert "executing" not in again.status
-    assert f"{BASIC_BLOCKS} blocks: 0 ran, 11 cached, 0 from the record, 0 failed (1 skipped)" in again.status
+    assert f"{BASIC_BLOCKS} blocks: 0 ran, 11 cached, 0 from the record, 0 did not run cleanly (1 skipped)" in again.status
 
 
 def test_prose_and_display_edits_execute_nothing(site):
@@ -303,8 +304,10 @@ def test_record_then_doctest_passes(site):
     checked = copy.build("doctest", fresh=True)
     assert checked.app.statuscode == 0
     output = (checked.outdir / "output.txt").read_text()
-    assert output.splitlines()[-1] == f"{BASIC_BLOCKS} passed, 0 failed"
-    assert "index: 10 passed, 0 failed" in output
+    # The skip-execution block is counted apart: nothing of it was compared.
+    assert output.splitlines()[-1] == \
+        f"{BASIC_BLOCKS - 1} passed, 0 failed, 1 skipped (skip-execution)"
+    assert "index: 9 passed, 0 failed, 1 skipped (skip-execution)" in output
 
 
 @pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
@@ -351,7 +354,8 @@ def test_doctest_reports_a_mismatch_with_a_diff(site):
     checked = copy.build("doctest", fresh=True)
     assert checked.app.statuscode == 1
     output = (checked.outdir / "output.txt").read_text()
-    assert output.splitlines()[-1] == f"{BASIC_BLOCKS - 1} passed, 1 failed"
+    assert output.splitlines()[-1] == \
+        f"{BASIC_BLOCKS - 2} passed, 1 failed, 1 skipped (skip-execution)"
     assert "other.md:9: output differs from the record" in output
     assert "-41\n" in output and "+42\n" in output
 
@@ -362,6 +366,57 @@ def test_doctest_flags_unrecorded_blocks(site):
     copy.edit("other.md", "value = 7", "value = 8")
     output = (copy.build("doctest", fresh=True).outdir / "output.txt").read_text()
     assert "other.md:9: new block, not in the verified record" in output
+
+
+def test_after_a_failed_block_the_advice_is_what_works(site):
+    """`make record` refuses a page that did not run cleanly: after a failed block the html
+    build says to mend it first, where it is; a page that ran is still told to record."""
+    copy = site("basic")
+    copy.build("record", fresh=True)
+    copy.edit("other.md", "value = 7", "value = 1 / 0")
+    copy.edit("index.md", "hello from stdout", "hello again")
+    status = copy.build().status
+    assert ("blocks not in the record (index: 1, other: 1); run `make record PAGES=index`; "
+            "mend the block that fails at ") in status
+    assert re.search(r"at \S*other\.md:9 first \(its error is above\): `make record` writes a "
+                     r"page only when it runs cleanly", status)
+    assert "PAGES=index,other" not in status and "PAGES=other" not in status
+
+
+def test_a_page_another_build_of_the_clone_runs_gets_a_notice(site, tmp_path):
+    """Two builds in one clone (make html beside make doctest) that run the same page: the
+    second says so; a mark left by a build that ended is taken over silently."""
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from verified.schedule import claim, running_dir
+
+    folder = tmp_path / "running"
+    assert claim(folder, "part1/02-tracing") == (True, "")
+    assert (folder / "part1--02-tracing").read_text().startswith(f"{os.getpid()} ")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True).stdout.strip()
+    (folder / "part1--02-tracing").write_text(f"{ended} sphinx-build -b doctest")
+    assert claim(folder, "part1/02-tracing") == (True, "")
+    (folder / "part1--02-tracing").write_text(f"{os.getppid()} sphinx-build -b doctest")
+    assert claim(folder, "part1/02-tracing") == (False, (
+        f"part1/02-tracing is being run by another build of this clone too (process "
+        f"{os.getppid()}: sphinx-build -b doctest): both run it, each for its own output, and "
+        f"it takes the machine twice as long"))
+
+    copy = site("basic")
+    mark = running_dir(SimpleNamespace(record_dir=copy.path / "record")) / "other"
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(f"{os.getppid()} sphinx-build -b doctest")
+    try:
+        status = copy.build().status
+    finally:
+        mark.unlink()
+    assert "notice: other is being run by another build of this clone too" in status
+    assert "notice: index" not in status
+    assert not list(mark.parent.iterdir())  # this build's own marks are gone
 
 
 def test_drift_caption_shows_the_verified_output(site):

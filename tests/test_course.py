@@ -225,7 +225,7 @@ def test_notebook_sets_up_what_the_worker_set_up_but_the_platform(tmp_path, monk
     check.environment = environment
     notebook = make_notebook(page, None, check)
     nbformat.validate(notebook)
-    title, helper, setup, code, totals = notebook.cells
+    title, note, helper, setup, code, totals = notebook.cells
     assert title.cell_type == "markdown" and setup.metadata["tags"] == ["generated-setup"]
     assert helper.metadata["jupyter"] == {"source_hidden": True}
     assert code.source == "import jax"
@@ -235,3 +235,94 @@ def test_notebook_sets_up_what_the_worker_set_up_but_the_platform(tmp_path, monk
         "host_devices": "8", "platform": "PLATFORM"}
     assert "builds meshes of 8 devices" in setup.source
     assert len(make_notebook(page, None).cells) == 2  # no check: no generated cell
+
+
+def test_the_notebook_opens_with_a_note_and_a_small_payload(tmp_path):
+    """What a viewer that ignores ``source_hidden`` shows first: a visible note on the two
+    set-up cells, then a helper whose payload is compressed; run, it gives back the modules
+    and the page's data as they are."""
+    import base64
+    import zlib
+
+    from course.notebook_check import module_sources
+
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\nText.\n\n```{code-cell} python\nx = 1\n```\n")
+    check = _check_for(page)
+    title, note, helper, setup = make_notebook(page, None, check).cells[:4]
+    assert note.cell_type == "markdown" and "jupyter" not in note.metadata
+    assert "hide" not in " ".join(note.metadata.get("tags", []))
+    assert note.source.startswith("**Before you run a cell.** The next two code cells are "
+                                  "this notebook's own check")
+    assert "Run both first, in a fresh kernel" in note.source
+    assert helper.metadata["tags"][0] == "generated-check"
+    assert setup.metadata["tags"] == ["generated-setup"]
+    carried = json.dumps([module_sources(), check.data], ensure_ascii=False, sort_keys=True)
+    assert len(helper.source) < len(carried) / 2
+    payload = re.search(r'_course_check_load\("([^"]+)"\)', helper.source).group(1)
+    assert json.loads(zlib.decompress(base64.b85decode(payload))) == json.loads(carried)
+
+
+@pytest.mark.parametrize("chapter", ["part1/02-tracing", "part2/11-performance",
+                                     "part2/12-training-run"])
+def test_a_chapter_s_helper_cell_stays_small(chapter):
+    """The course's notebooks from their records: the helper under 64 KB (it was 150 KB in
+    02, and a platform's figure alone would be 143 KB in 12)."""
+    import runpy
+
+    from conftest import ROOT
+    from course.notebook_check import check_data, helper_cell
+    from verified.collect import collect
+    from verified.record import BUILTIN_NORMALIZERS, read_record
+    from verified.target_record import read_target_record
+    from verified.targets import parse_platforms, parse_versions
+
+    conf = runpy.run_path(str(ROOT / "conf.py"))
+    targets = (*parse_versions(conf.get("verified_matrix", []), ROOT),
+               *parse_platforms(conf.get("verified_platforms", []), ROOT))
+    found = collect(chapter, ROOT / "source" / f"{chapter}.md", frozenset(BUILTIN_NORMALIZERS),
+                    platforms=frozenset(t.name for t in targets if t.kind == "platform"))
+    data = check_data(found.job.blocks, read_record(ROOT / "record", chapter),
+                      [(t, read_target_record(ROOT / "record", t, chapter)) for t in targets],
+                      {})
+    assert len(helper_cell(data).source) < 64_000
+
+
+def test_only_cells_that_raise_in_the_course_s_own_run_are_tagged(tmp_path):
+    """A cell raises on purpose (``:raises:``) or in the main record: tagged. One that raises
+    only on another platform or version: not tagged (its check line says so there)."""
+    from course.downloads import NotebookCheck
+    from course.notebook_check import check_data, raising_blocks
+    from verified.collect import collect
+    from verified.model import DocSettings
+    from verified.record import RecordedBlock, source_digest
+    from verified.target_record import TargetBlock, TargetRecord
+    from verified.targets import PLATFORM, Target
+
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n```{code-cell} python\nx = 1\n```\n\n"
+                    "```{code-cell} python\n:raises: TypeError\n\nx[0] = 2\n```\n\n"
+                    "```{code-cell} python\ny = x + 1\n```\n\n"
+                    "```{code-cell} python\nz = y + 1\n```\n")
+    blocks = collect("page", page).job.blocks
+
+    def main(*statuses):
+        return Record("page", ENV, [RecordedBlock(b.line, source_digest(b.source), status)
+                                    for b, status in zip(blocks, statuses)])
+
+    ran = main("ran", "expected-error", "ran", "ran")
+    assert raising_blocks(blocks, ran) == frozenset()
+    assert raising_blocks(blocks, main("ran", "expected-error", "failed", "failed-because")) \
+        == {2, 3}
+    assert raising_blocks(blocks, None) == frozenset()
+    # Block 2 fails on a platform: the notebook compares with that record there, untagged.
+    target = Target(PLATFORM, "stand-in", "Stand-in", tmp_path / "python")
+    statuses = ("ran", "expected-error", "failed", "ran")
+    there = TargetRecord("page", "stand-in", ENV,
+                         [TargetBlock(b.line, source_digest(b.source), status)
+                          for b, status in zip(blocks, statuses)])
+    data = check_data(blocks, ran, [(target, there)], {})
+    notebook = make_notebook(page, None, NotebookCheck({}, DocSettings(), data,
+                                                       raising_blocks(blocks, ran)))
+    tags = [c.metadata.get("tags", []) for c in notebook.cells if c.cell_type == "code"][2:-1]
+    assert tags == [[], ["raises-exception"], [], []]

@@ -81,6 +81,45 @@ def test_too_few_devices_says_how_to_run_anyway():
         "cell, restart the kernel and run it again.")
 
 
+class _Captured:
+    """What a cell printed, as ``selfcheck.Capture`` hands it to the check."""
+
+    rich = False
+    warnings: list = []
+
+    def __init__(self, text):
+        self.text = text
+
+    def outputs(self):
+        from verified.model import Output
+
+        return [Output("stdout", self.text)]
+
+
+def test_after_an_edited_cell_a_difference_is_the_reader_s():
+    """No kernel: the verdicts of one cell before and after the reader's edit, and the
+    totals that keep the two apart."""
+    from verified.model import Block, Output
+    from verified.record import RecordedBlock
+    from verified.selfcheck import AFTER_EDIT, DIFFERS, Check, Expected
+
+    block = Block(0, 10, "print(scale * 2)")
+    reference = _reference("cpu", "cpu")
+    reference.blocks[0] = RecordedBlock(10, "", "ran", [Output("stdout", "1.0\n")])
+    check = Check([Expected(block, "d")], reference, "", {}, {}, shell=None)
+    item = check.expected[0]
+    assert check.judge(item, _Captured("0.5\n"), None) == (
+        DIFFERS, "the output differs from CPU's: here '0.5', recorded '1.0'")
+    check.edited = True
+    assert check.judge(item, _Captured("0.5\n"), None) == (
+        AFTER_EDIT, "the output differs from CPU's, after an earlier cell was edited (not "
+                    "counted as differing): here '0.5', recorded '1.0'")
+    check.tally[DIFFERS] += 1
+    check.tally[AFTER_EDIT] += 1
+    assert check.totals().endswith(": 0 same, 1 differ, 1 differ after an earlier cell was "
+                                   "edited (not counted as differing)")
+
+
 def test_a_difference_is_named_by_its_first_line():
     assert exception_only("Traceback (most recent call last):\n  Cell [3], line 2, in f\n"
                           "    x[0] = 1\nTypeError: no\n  more") == "TypeError: no\n  more"
@@ -217,17 +256,23 @@ def test_an_edited_cell_and_a_differing_output_are_named(recorded_root, tmp_path
     cpu["blocks"]["1"]["outputs"][0]["text"] = "main output, as recorded\n"
     data["blocks"][1]["cause"] = "The stand-in prints its own name (the Platforms page)"
     notebook = _notebook(recorded_root, data)
-    edited = [c for c in notebook.cells if c.cell_type == "code" and c.source.startswith(
-        "print(lacking")][0]
-    edited.source = "print(lacking + 2)"
+    # The reader changes a value (as `scale = 0.5` to 0.25): the untouched cell after it
+    # prints otherwise, which is their doing, not a difference of the platform.
+    edited = [c for c in notebook.cells if c.cell_type == "code" and "lacking = 1" in c.source]
+    edited[0].source = edited[0].source.replace("lacking = 1", "lacking = 2")
     _execute(notebook, tmp_path / "run")
     lines = _lines(notebook, "check:")
     assert lines[1] == ("the output differs from CPU's: here 'main output', recorded "
                         "'main output, as recorded'; a known difference: The stand-in prints "
                         "its own name (the Platforms page)")
-    assert lines[4] == "not in the record: this cell's code is not the page's"
-    assert "1 differ" in notebook.cells[-1].outputs[0].text
-    assert "1 not in the record" in notebook.cells[-1].outputs[0].text
+    assert lines[3] == ("not in the record: this cell's code is not the page's (edited or "
+                        "added); the cells after it run from its state")
+    assert lines[4] == ("the output differs from CPU's, after an earlier cell was edited (not "
+                        "counted as differing): here '3', recorded '2'")
+    assert notebook.cells[-1].outputs[0].text.rstrip().endswith(
+        ": 2 same, 1 differ, 1 differ after an earlier cell was edited (not counted as "
+        "differing), 1 vary (not compared), 1 not in the record (edited or added), 1 run on "
+        "another platform only")
 
 
 @pytest.mark.jax
@@ -240,7 +285,12 @@ def test_on_the_stand_in_platform_it_compares_with_that_record(recorded_root, tm
     # glued value is compared with the record like any output.
     notebook.cells.insert(1, nbformat.v4.new_code_cell(
         "import sys\nsys.modules['myst_nb'] = None  # no MyST-NB here"))
-    _execute(notebook, tmp_path / "run")
+    # The block that fails on the stand-in alone is not tagged raises-exception (the main
+    # record, where the reader is expected to run, has it run): run-all stops there unless
+    # told otherwise, and its check line says what the record holds.
+    raising = [c for c in notebook.cells if "lacking = 1" in c.source][0]
+    assert "raises-exception" not in raising.metadata.get("tags", [])
+    _execute(notebook, tmp_path / "run", allow_errors=True)
     assert _setup_lines(notebook)[1].startswith(
         "This notebook compares with the Stand-in record (jax ")
     assert _lines(notebook, "check:") == [
@@ -335,7 +385,8 @@ def test_in_plain_ipython_too(recorded_root, tmp_path, monkeypatch):
                      "same output as recorded on CPU",
                      "raised KeyError, as recorded on CPU",
                      "same output as recorded on CPU",
-                     "not in the record: this cell's code is not the page's"]
+                     "not in the record: this cell's code is not the page's (edited or "
+                     "added); the cells after it run from its state"]
     assert "Very slow compile?" in done.stderr  # the reader still sees both
     assert "Transparent hugepages" in done.stderr
     assert "Out[" in done.stdout  # the terminal showed the value; the check did not count it
@@ -363,3 +414,20 @@ def test_a_difference_names_the_cause_the_platforms_page_gives_it():
         1: "An operation the stand-in lacks (the Platforms page)"}
     assert explained_blocks("index", verdicts[:1], causes, "https://x/platforms.html") == {
         0: "The stand-in prints its own name (https://x/platforms.html#cause-own-output)"}
+
+
+def test_a_platform_s_figure_is_named_not_carried(capsys, monkeypatch):
+    """A block that runs on a platform alone, elsewhere: its text is shown from the record;
+    its figure, whose pixels the notebook does not carry, is named with where to see it."""
+    from verified import selfcheck
+
+    block = {"index": 3, "platform": "tpu-v5e"}
+    outputs = [{"kind": "stdout", "text": "steps: 10\n"},
+               {"kind": "display", "text": "<Figure size 640x480 with 1 Axes>",
+                "data": {"image/png": "image"}}]
+    monkeypatch.setitem(selfcheck._ACTIVE, "data", {
+        "blocks": [block], "elsewhere": {"3": outputs}, "platforms": {"tpu-v5e": "TPU v5e"}})
+    selfcheck.show_recorded(3)
+    assert capsys.readouterr().out == (
+        "steps: 10\n[<Figure size 640x480 with 1 Axes>, drawn on TPU v5e: the chapter's page "
+        "shows it]\n")

@@ -69,9 +69,18 @@ def test_captions_give_every_platform_verdict(platform_site):
         "on Stand-in the output differs",
         "also verified on Stand-in (same output)",  # within the block's tolerance
         "on Stand-in: RuntimeError: UNIMPLEMENTED: the stand-in lacks this op",
-        "on Stand-in: not run, because block 4 (line 24) fails there",
         "runs on Stand-in (output varies, not compared)",
     ]
+    # The block that did not run because the one before it fails there: said once, at the
+    # top of the page, with a link to the failing block (no line number of the source).
+    note = re.search(r'<p class="cell-caption chapter-target-note cell-target-platform">'
+                     r'(.*?)</p>', page, re.S)
+    assert note and page.index(note.group(0)) < page.index('class="cell ')
+    assert unescape(re.sub(r"<[^>]+>", "", note.group(1))) == (
+        "On Stand-in, 1 block of this page did not run, because a block before it fails "
+        "there: in “Platform”.")
+    assert 'href="#block-line-24"' in note.group(1) and 'id="block-line-24"' in page
+    assert page.count("chapter-target-note") == 1
     fold = re.search(r'<details class="cell-reveal cell-matrix-output"><summary>'
                      r'Show the output on Stand-in</summary>(.*?)</details>', page, re.S)
     assert fold and "platform output" in fold.group(1)
@@ -385,3 +394,52 @@ def test_a_second_platform_joins_with_configuration_only(site):
         "stand-in-2", "Stand-in 2", {"VERIFIED_TEST_PLATFORM": "2"})
     assert [second["blocks"][str(i)]["status"] for i in range(7)] == [
         "ran", "ran", "ran", "ran", "ran", "skipped", "ran"]  # the first's own block: skipped
+
+
+def test_a_block_that_fails_elsewhere_is_captioned_in_a_reader_s_words():
+    """The worker's "expected X, but the block raised nothing" stays in the record and the
+    build's messages; the caption says what a reader sees."""
+    from pathlib import Path as P
+
+    from verified.render import glue_mark
+    from verified.targets import PLATFORM, Target
+    from verified.verdict import DEPENDS, FAILS, Verdict
+
+    tpu = Target(PLATFORM, "tpu-v5e", "TPU v5e", P("python"))
+    assert Verdict(FAILS, tpu, detail="expected jax.errors.JaxRuntimeError, but the block "
+                                      "raised nothing").text() == (
+        "on TPU v5e: it runs without the error shown here (JaxRuntimeError)")
+    assert Verdict(FAILS, tpu, detail="expected KeyError, but the block raised "
+                                      "IndexError").text() == (
+        "on TPU v5e: it raises IndexError, not the KeyError shown here")
+    assert Verdict(FAILS, tpu, detail="TypeError: no").text() == "on TPU v5e: TypeError: no"
+    assert "line" not in Verdict(DEPENDS, tpu).text()
+    assert glue_mark(1) == "+ 1 line in the notebook that copies values from this block into " \
+        "the text"
+
+
+def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
+    from pathlib import Path as P
+
+    from verified.model import Block
+    from verified.targets import PLATFORM, VERSION, Target
+    from verified.verdict import DEPENDS, Verdict, chapter_notes
+
+    tpu = Target(PLATFORM, "tpu-v5e", "TPU v5e", P("python"))
+    old = Target(VERSION, "0.4.38", "jax 0.4.38", P("python"))
+    first, again, second = Block(1, 20, "a = f()"), Block(2, 30, "c = h()"), Block(4, 50, "b")
+    depending = [Verdict(DEPENDS, tpu, because=second), Verdict(DEPENDS, tpu, because=again),
+                 *(Verdict(DEPENDS, tpu, because=first) for _ in range(3)),
+                 Verdict(DEPENDS, old)]
+    notes = chapter_notes(depending, {1: "Meshes", 2: "Meshes", 4: "Collectives"})
+    # Each section named once, in page order, linked to its first failing block.
+    assert [note.astext() for note in notes] == [
+        "On TPU v5e, 5 blocks of this page did not run, because blocks before them fail there: "
+        "in “Meshes” and “Collectives”.",
+        "On jax 0.4.38, 1 block of this page did not run, because a block before it fails "
+        "there."]
+    assert [ref["refid"] for ref in notes[0].findall(lambda n: "refid" in n)] == [
+        "block-line-20", "block-line-50"]
+    one = chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"})
+    assert one[0].astext() == ("On TPU v5e, 1 block of this page did not run, because a block "
+                               "before it fails there: in “Meshes”.")

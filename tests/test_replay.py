@@ -44,7 +44,7 @@ def test_a_fresh_clone_builds_from_the_record_with_nothing_executed(site):
     build = copy.build()
     assert build.app.statuscode == 0 and build.warning_lines() == []
     assert "executing" not in build.status
-    assert (f"{BASIC_BLOCKS} blocks: 0 ran, 0 cached, 11 from the record, 0 failed "
+    assert (f"{BASIC_BLOCKS} blocks: 0 ran, 0 cached, 11 from the record, 0 did not run cleanly "
             f"(1 skipped)") in build.status
     assert "2 page(s) shown from the verified record" in build.status
     assert statuses(build) == {("index", "from-record"), ("index", "skipped"),
@@ -70,7 +70,7 @@ def test_a_rebuild_from_the_record_reads_nothing_again(site):
     again = copy.build()
     assert "executing" not in again.status
     assert "0 added, 0 changed, 0 removed" in again.status  # no page read again
-    assert f"0 ran, 0 cached, 11 from the record, 0 failed" in again.status
+    assert f"0 ran, 0 cached, 11 from the record, 0 did not run cleanly" in again.status
 
 
 def test_an_edited_block_executes_its_page_and_the_others_come_from_the_record(site):
@@ -149,7 +149,7 @@ def test_fresh_executes_every_page(site):
     build = copy.build(confoverrides={"verified_fresh": True})
     assert "executed index: 10 blocks" in build.status
     assert "executed other: 2 blocks" in build.status
-    assert f"11 ran, 0 cached, 0 from the record, 0 failed" in build.status
+    assert f"11 ran, 0 cached, 0 from the record, 0 did not run cleanly" in build.status
     # Cached now, a fresh build still runs every page.
     again = copy.build(confoverrides={"verified_fresh": True})
     assert "executing 2 page(s)" in again.status
@@ -172,7 +172,8 @@ def test_doctest_executes_every_page_even_when_the_record_matches(site):
     assert "executed index: 10 blocks" in checked.status
     assert "executed other: 2 blocks" in checked.status
     assert "from-record" not in {status for _, status in statuses(checked)}
-    assert "12 passed, 0 failed" in (checked.outdir / "output.txt").read_text()
+    assert "11 passed, 0 failed, 1 skipped (skip-execution)" in \
+        (checked.outdir / "output.txt").read_text()
 
 
 def test_glued_values_come_from_the_record(site, monkeypatch):

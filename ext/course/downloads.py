@@ -28,7 +28,8 @@ from verified.pages import Cause, parse_causes, verdicts_of_page
 from verified.state import state
 
 from .chapters import ordered
-from .notebook_check import check_data, explained_blocks, helper_cell, setup_cell, totals_cell
+from .notebook_check import (check_data, explained_blocks, helper_cell, note_cell,
+                             raising_blocks, setup_cell, totals_cell)
 from .notebook_text import Reading, TextContext, render_markdown
 from .readings import registry
 
@@ -66,25 +67,25 @@ class NotebookCheck:
     environment: dict[str, str]
     settings: DocSettings
     data: dict[str, Any]
+    raising: frozenset[int] = frozenset()  # ``notebook_check.raising_blocks``
 
 
 def make_notebook(source: Path, result: DocResult | None, check: NotebookCheck | None = None,
                   text: TextContext | None = None) -> nbformat.NotebookNode:
     """The page as a notebook with this build's outputs. With ``check``, generated cells
-    make it check itself where it runs (a hidden helper and the set-up cell first, the
-    totals last); with ``text``, the prose shows glued values and the course's roles as the
-    page does. Exercise solutions are left out: the reader fills in the starter and runs the
-    check."""
+    make it check itself where it runs (a visible note, a hidden helper and the set-up cell
+    first, the totals last); with ``text``, the prose shows glued values and the course's
+    roles as the page does. Exercise solutions are left out: the reader fills in the starter
+    and runs the check."""
     notebook = jupytext.read(source, fmt="md:myst")
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     for cell, block_result in zip(code_cells, result.blocks if result else []):
         cell.outputs = notebook_outputs(block_result)
         if block_result.status not in ("skipped", "not-run"):
             cell.execution_count = block_result.index + 1
-    failing = {b["index"] for b in check.data["blocks"] if b["fails_somewhere"]} if check else ()
     for index, cell in enumerate(code_cells):
-        if index in failing:
-            # It raises on a verified platform or version: run-all goes on there too, and
+        if check is not None and index in check.raising:
+            # It raises in the course's own run, unasked: run-all goes on there too, and
             # the check line says whether that is what the record holds.
             _tag(cell, "raises-exception")
     notebook.cells = [cell for cell in notebook.cells if not _has_tag(cell, "exercise-solution")]
@@ -92,7 +93,7 @@ def make_notebook(source: Path, result: DocResult | None, check: NotebookCheck |
         if text is not None and cell.cell_type == "markdown":
             cell.source = render_markdown(cell.source, text)
         if cell.cell_type == "code" and cell.metadata.get("raises") is not None:
-            # MyST-NB's and Jupyter Book's tag: run-all (nbclient, nbconvert --execute) goes
+            # MyST-NB's and Jupyter Book's tag: run-all (nbclient, jupyter execute) goes
             # on past the expected error.
             _tag(cell, "raises-exception")
         if cell.cell_type == "code" and cell.metadata.get("platform") and check is None:
@@ -107,7 +108,7 @@ def make_notebook(source: Path, result: DocResult | None, check: NotebookCheck |
             _tag(cell, "raises-exception")
     if check is not None:
         first = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
-        notebook.cells[first:first] = [helper_cell(check.data),
+        notebook.cells[first:first] = [note_cell(), helper_cell(check.data),
                                        setup_cell(check.environment, check.settings)]
         notebook.cells.append(totals_cell())
     return notebook
@@ -140,9 +141,11 @@ def notebook_check_of(app: Sphinx, docname: str, causes: tuple[list[Cause], str]
         return None
     blocks, settings = found.job.blocks, found.job.settings
     targets = [(target, build.targets.get(target, docname)) for target in build.targets.targets]
-    data = check_data(blocks, build.record_for(docname), targets, build.config.normalizers,
+    main = build.record_for(docname)
+    data = check_data(blocks, main, targets, build.config.normalizers,
                       block_causes(app, docname, causes))
-    return NotebookCheck(notebook_environment(settings, build.config.env), settings, data)
+    return NotebookCheck(notebook_environment(settings, build.config.env), settings, data,
+                         raising_blocks(blocks, main))
 
 
 def block_causes(app: Sphinx, docname: str, causes_and_where: tuple[list[Cause], str]

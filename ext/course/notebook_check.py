@@ -1,13 +1,16 @@
 """What a chapter notebook carries to check itself (``verified/selfcheck.py`` runs it).
 
-Three generated cells: a hidden helper that holds the engine's own comparison modules, read
-from their files at build time (one comparison to maintain), and the page's blocks and
-records; the set-up cell; and a last cell with the totals. Nothing here runs in the kernel.
+Generated cells: a visible note that says what the next two are; a hidden helper that holds
+the engine's own comparison modules, read from their files at build time (one comparison to
+maintain), and the page's blocks and records, compressed; the set-up cell; and a last cell
+with the totals. Nothing here runs in the kernel.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +36,11 @@ def module_sources() -> list[tuple[str, str]]:
     return [(name, (folder / f"{name}.py").read_text(encoding="utf-8")) for name in MODULES]
 
 
-def _outputs(outputs: list[Output], keep_images: bool = False) -> list[dict]:
-    """Outputs as the check compares them: images by a marker (they compare as being one),
-    unless the notebook shows them (a platform-only block elsewhere)."""
+def _outputs(outputs: list[Output]) -> list[dict]:
+    """Outputs as the check compares them: images by a marker (they compare as being one;
+    a figure's pixels would make the notebook's payload several times larger)."""
     return [{"kind": o.kind, "text": o.text, "name": o.name,
-             "data": {mime: (value if keep_images else "image")
-                      for mime, value in o.data.items() if mime.startswith("image/")}}
+             "data": {mime: "image" for mime in o.data if mime.startswith("image/")}}
             for o in outputs]
 
 
@@ -63,7 +65,6 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                         "blocks": {str(b.index): _recorded(recorded) for b in blocks
                                    if (recorded := main.block_for(b, blocks)) is not None}})
     elsewhere: dict[str, list[dict]] = {}
-    fails: set[int] = set()  # blocks that raise on some target, unasked
     for target, record in targets:
         if record is None:
             continue
@@ -72,10 +73,8 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
             there = record.verified_for(block, blocks)
             if there is None or there.status == NOT_RUN_THERE:
                 continue
-            if there.status in (FAILED, FAILED_BECAUSE):
-                fails.add(block.index)
             if block.platform == target.name:
-                elsewhere[str(block.index)] = _outputs(there.outputs, keep_images=True)
+                elsewhere[str(block.index)] = _outputs(there.outputs)
             verified_blocks[str(block.index)] = _recorded(there)
         platform = target.kind == PLATFORM
         records.append({"name": target.name, "label": target.label if platform else CPU_LABEL,
@@ -94,7 +93,6 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                                    "integers": b.tolerance.integers}),
                     "platform": b.platform,
                     "exercise": any(t.startswith("exercise-") for t in b.tags),
-                    "fails_somewhere": b.index in fails,
                     "cause": causes.get(b.index, "")} for b in blocks],
         "records": records,
         "elsewhere": elsewhere,
@@ -102,6 +100,16 @@ def check_data(blocks: tuple[Block, ...], main: Record | None,
                         for name, rules in normalizers.items()},
         "platforms": {t.name: t.label for t, _ in targets if t.kind == PLATFORM},
     }
+
+
+def raising_blocks(blocks: tuple[Block, ...], main: Record | None) -> frozenset[int]:
+    """The blocks that raise, unasked, where the reader is expected to run the notebook: the
+    course's own run (the pinned JAX on the CPU, the main record). A block that raises only on
+    another platform or version is not tagged: its check line says so where it happens."""
+    if main is None:
+        return frozenset()
+    return frozenset(b.index for b in blocks if (recorded := main.block_for(b, blocks))
+                     is not None and recorded.status in (FAILED, FAILED_BECAUSE))
 
 
 def explained_blocks(docname: str, verdicts: list[tuple[Block, Verdict]], causes: list[Cause],
@@ -122,12 +130,14 @@ def explained_blocks(docname: str, verdicts: list[tuple[Block, Verdict]], causes
 HELPER = '''\
 {mark}: the notebook's own check (generated; run it first, it changes nothing else).
 # It holds the course engine's comparison ({names}) and this page's records, so that every
-# cell's output is compared with the record of the platform it runs on.
+# cell's output is compared with the record of the platform it runs on: as JSON, compressed
+# (zlib, then base85), to keep the notebook one small file.
 
 
-def _course_check_load(sources, data):
-    import json, linecache, sys, types
+def _course_check_load(payload):
+    import base64, json, linecache, sys, types, zlib
 
+    sources, data = json.loads(zlib.decompress(base64.b85decode(payload)))
     if "course_check.selfcheck" in sys.modules:  # run again: the old check goes first
         sys.modules["course_check.selfcheck"].uninstall()
     package = types.ModuleType("course_check")
@@ -141,25 +151,42 @@ def _course_check_load(sources, data):
         sys.modules[module.__name__] = module
         exec(compile(source, filename, "exec"), module.__dict__)
         setattr(package, name, module)
-    package.selfcheck.install(json.loads(data))
+    package.selfcheck.install(data)
 
 
-_course_check_load(
-    {sources},
-    {data},
-)
+_course_check_load("{payload}")
 del _course_check_load'''
 
 
+def payload(data: dict[str, Any]) -> str:
+    """The modules and the page's data as the helper cell carries them: one line of base85
+    (no quote, no backslash: it sits in a string literal as it is)."""
+    text = json.dumps([module_sources(), data], ensure_ascii=False, sort_keys=True)
+    return base64.b85encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii")
+
+
 def helper_cell(data: dict[str, Any]) -> nbformat.NotebookNode:
-    sources = module_sources()
-    listed = "[\n" + "".join(f"        ({name!r}, {source!r}),\n" for name, source in sources) \
-        + "    ]"
     cell = nbformat.v4.new_code_cell(HELPER.format(
-        mark=MARK, names=", ".join(f"{name}.py" for name, _ in sources), sources=listed,
-        data=repr(json.dumps(data, ensure_ascii=False, sort_keys=True))))
+        mark=MARK, names=", ".join(f"{name}.py" for name in MODULES), payload=payload(data)))
     cell.metadata["tags"] = ["generated-check", "hide-input"]
     cell.metadata["jupyter"] = {"source_hidden": True}
+    return cell
+
+
+NOTE = """\
+**Before you run a cell.** The next two code cells are this notebook's own check, generated
+with the course: the first holds the course's comparison code and this chapter's verified
+outputs (compressed); the second sets what the chapter needs before JAX starts and says
+which record your cells are compared with. Run both first, in a fresh kernel (Run All does).
+After each cell a line `check: …` says whether its output is the recorded one; the last
+cell counts them."""
+
+
+def note_cell() -> nbformat.NotebookNode:
+    """The visible note before the generated cells: what they are, and that they run first
+    (a viewer that ignores ``source_hidden`` shows the helper's code after it)."""
+    cell = nbformat.v4.new_markdown_cell(NOTE)
+    cell.metadata["tags"] = ["generated-note"]
     return cell
 
 

@@ -33,6 +33,7 @@ mistake into one line; steady.py keeps the stored configuration conf.py's.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -56,7 +57,22 @@ def _copy_static(app: Sphinx, exception) -> None:
         copy_asset_file(STATIC / "verified.css", Path(app.outdir) / "_static", force=True)
 
 
+class _QuietMystConfig(logging.Filter):
+    """myst-parser logs its whole configuration (1,300 characters) on every build, and no
+    setting turns that off: this drops that one message, and nothing else of it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "myst v%s:" not in str(record.msg)
+
+
+def _quiet_myst_config() -> None:
+    logger = logging.getLogger("sphinx.myst_parser.sphinx_ext.main")
+    if not any(isinstance(f, _QuietMystConfig) for f in logger.filters):
+        logger.addFilter(_QuietMystConfig())
+
+
 def setup(app: Sphinx) -> dict:
+    _quiet_myst_config()
     config.register(app)
     steady.setup(app)
     app.add_directive("code-cell", CodeCellDirective)

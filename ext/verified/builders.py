@@ -28,7 +28,7 @@ from .driver import fallback_environment
 from .execute import run_document
 from .locate import failure_line
 from .mistakes import page_mistakes, target_absent
-from .model import FAILED, FAILED_BECAUSE, NOT_RUN, NOT_RUN_THERE, DocResult
+from .model import FAILED, FAILED_BECAUSE, NOT_RUN, NOT_RUN_THERE, SKIPPED, DocResult
 from .record import RecordedBlock, compare, make_record, record_path, write_record
 from .replay import IMAGES, prune_images, write_images
 from .schedule import run_pages
@@ -41,9 +41,13 @@ from .verdict import as_on_target
 logger = logging.getLogger(__name__)
 
 
+SKIPPED_APART = "skipped (skip-execution)"  # counted apart from passed and failed
+
+
 class ComparisonReport:
     """What a comparing builder writes to ``output.txt`` and logs: a line per page with its
-    failures under it, then the total."""
+    failures under it, then the total (``N passed, M failed``, then the blocks counted
+    apart: the one closing line that the portability run and CI read)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -138,6 +142,9 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
                     line = failure_line(block, live, found.job.path) if live else block.line
                     failures.append(f"FAILED {path}:{line}: did not run cleanly: {why}")
                     stopped_at = stopped_at or block.line
+                    continue
+                if live.status == SKIPPED:  # nothing was compared: not a pass
+                    apart[SKIPPED_APART] = apart.get(SKIPPED_APART, 0) + 1
                     continue
                 if live.status == NOT_RUN:
                     first = (f"the block at line {stopped_at} failed first" if stopped_at
@@ -408,6 +415,9 @@ class _TargetDoctestBuilder(_TargetBuilder):
                     continue
                 if now.status == NOT_RUN_THERE:
                     apart["not run there"] = apart.get("not run there", 0) + 1
+                    continue
+                if now.status == SKIPPED:  # nothing was compared: not a pass
+                    apart[SKIPPED_APART] = apart.get(SKIPPED_APART, 0) + 1
                     continue
                 if now.status == FAILED_BECAUSE or (now.status == FAILED
                                                     and recorded.error == now.error):

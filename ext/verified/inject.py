@@ -24,7 +24,7 @@ from .record import compare
 from .render import Verification, failure_report, render_block
 from .replay import caption as replay_caption
 from .state import BuildState, state
-from .verdict import label_block, verdict_nodes
+from .verdict import DEPENDS, Verdict, chapter_notes, label_block, verdict_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     by_line = {block.line: block for block in found.job.blocks} if found else {}
     result = build.results.get(docname)
     elsewhere: dict[int, Verification] = {}
+    depending: list[Verdict] = []  # blocks that did not run on a target after one that fails
+    sections: dict[int, str] = {}
     glue_problems = False
     if result is not None:
         result, elsewhere = with_platform_blocks(build, docname, found.job.blocks, result)
@@ -81,12 +83,16 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
             docname, block, found.job.blocks, verification.recorded,
             found.job.settings) if item.target.name != block.platform]
         # (a block that runs on one platform alone: its caption speaks for that platform)
+        depending += [item for item in verdicts if item.kind == DEPENDS]
+        verdicts = [item for item in verdicts if item.kind != DEPENDS]  # said once, at the top
+        sections[block.index] = _section_title(node)
         environment = verification.recorded_environment if block.index in elsewhere \
             else result.environment
         cell = render_block(block, block_result, environment, verification, prompt,
                             verdict_nodes(verdicts, set(block.tags)))
         label_block(app.env, docname, block, cell)
         node.replace_self(cell)
+    _insert_at_top(doctree, chapter_notes(depending, sections))
     # After the blocks' errors: a name a failed block never got to glue follows from them.
     stopped = next((block.line for block in found.job.blocks if not block.platform
                     and result.blocks[block.index].failed), None) if result else None
@@ -100,6 +106,26 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         # The page's doctree is kept while its text and results stay as they are: read it
         # again next build, so that the problem is reported until it is mended.
         app.env.note_reread()
+
+
+def _section_title(node: nodes.Node) -> str:
+    """The title of the section a block stands in (how the page names where it is)."""
+    section = node.parent
+    while section is not None and not isinstance(section, nodes.section):
+        section = section.parent
+    title = next(iter(section.findall(nodes.title)), None) if section is not None else None
+    return title.astext() if title is not None else ""
+
+
+def _insert_at_top(doctree: nodes.document, notes: list[nodes.Node]) -> None:
+    """Page-wide caption lines, under the page's title."""
+    if not notes:
+        return
+    section = next(iter(doctree.findall(nodes.section)), None)
+    parent = section if section is not None else doctree
+    at = 1 if section is not None and section.children and isinstance(
+        section[0], nodes.title) else 0
+    parent[at:at] = notes
 
 
 def _platform_label(build: BuildState, name: str) -> str:

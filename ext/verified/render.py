@@ -7,6 +7,7 @@ text nodes, so the writer escapes it (a snippet that prints ``<script>`` shows i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from docutils import nodes
@@ -95,6 +96,35 @@ def caption_text(live: Environment, verification: Verification) -> str:
     return f"{describe_environment(live)} · ran {live.date} · not yet in the verified record"
 
 
+_RAISED_NOTHING = re.compile(r"^expected (?P<name>.+), but the block raised nothing$")
+_RAISED_OTHER = re.compile(r"^expected (?P<name>.+), but the block raised (?P<other>\S+)$")
+
+
+def in_readers_words(failure: str) -> str:
+    """Why a block failed on another target, as a reader reads it under the block's output:
+    the worker's wording ("expected KeyError, but the block raised nothing") stays in the
+    build's messages and the records."""
+    match = _RAISED_NOTHING.match(failure)
+    if match:
+        return f"it runs without the error shown here ({_short(match['name'])})"
+    match = _RAISED_OTHER.match(failure)
+    if match:
+        return f"it raises {match['other']}, not the {_short(match['name'])} shown here"
+    return failure
+
+
+def _short(name: str) -> str:
+    """An exception's name without its module (``jax.errors.JaxRuntimeError``)."""
+    return name.rsplit(".", 1)[-1] or name
+
+
+def glue_mark(count: int) -> str:
+    """Under code shown without its glue lines: what the reader does not see, and where."""
+    lines = f"{count} lines" if count != 1 else "1 line"
+    verb = "copy" if count != 1 else "copies"
+    return f"+ {lines} in the notebook that {verb} values from this block into the text"
+
+
 def _literal(text: str, classes: list[str], language: str = "none") -> nodes.literal_block:
     block = nodes.literal_block(text, text, classes=classes)
     block["language"] = language
@@ -161,8 +191,7 @@ def _render_cell(block: Block, result: BlockResult, live_env: Environment,
         if shown.strip():
             code_box += _literal(shown, ["cell-code"], language="python")
         if glued:
-            note = (f"+ {glued} glue line{'s' if glued != 1 else ''} naming values for the "
-                    f"text (in the notebook)")
+            note = glue_mark(glued)
             code_box += nodes.paragraph(note, note, classes=["cell-glue-mark"])
         cell += folded("Show code", "hide-input", code_box) if "hide-input" in tags else code_box
 

@@ -5,6 +5,7 @@ and environment in ``execution-report.json``, and the console's ``N blocks: …`
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 
 from sphinx.application import Sphinx
@@ -83,15 +84,31 @@ def unrecorded_blocks(build) -> dict[str, int]:
 
 
 def unrecorded_note(build) -> str:
-    """``3 blocks not in the record; run `make record PAGES=part1/02-tracing```."""
+    """``3 blocks not in the record; run `make record PAGES=part1/02-tracing```; for a page
+    with a block that fails, what to do first (``make record`` writes only a clean run)."""
     counts = unrecorded_blocks(build)
     if not counts:
         return ""
     total = sum(counts.values())
     where = f" ({', '.join(f'{page}: {n}' for page, n in counts.items())})" \
         if len(counts) > 1 else ""
-    return (f"{total} block{'s' if total != 1 else ''} not in the record{where}; run "
-            f"`make record PAGES={','.join(counts)}`")
+    failing = {docname: place for docname in counts if (place := _first_failure(build, docname))}
+    ready = [docname for docname in counts if docname not in failing]
+    advice = [f"run `make record PAGES={','.join(ready)}`"] if ready else []
+    advice += [f"mend the block that fails at {place} first (its error is above): `make record` "
+               f"writes a page only when it runs cleanly" for place in failing.values()]
+    return f"{total} block{'s' if total != 1 else ''} not in the record{where}; " + \
+        "; ".join(advice)
+
+
+def _first_failure(build, docname: str) -> str:
+    """``source/part1/02-tracing.md:57``: the first block of the page that failed in this
+    build, or ""."""
+    result = build.results.get(docname)
+    found = build.collected[docname]
+    failed = next((block for block in found.job.blocks if result is not None
+                   and not block.platform and result.blocks[block.index].failed), None)
+    return f"{os.path.relpath(found.job.path)}:{failed.line}" if failed else ""
 
 
 def on_build_finished(app: Sphinx, exception) -> None:
@@ -116,9 +133,11 @@ def on_build_finished(app: Sphinx, exception) -> None:
     counts = {status: sum(1 for r in rows if r["status"] == status)
               for status in ("ran", "expected-error", CACHED, FROM_RECORD, "failed", "skipped",
                              "not-run")}
+    # "did not run cleanly", as `make doctest` says it per block: there, "failed" counts the
+    # comparisons with the record, on the line before this one.
     summary = (f"{len(rows)} blocks: {counts['ran'] + counts['expected-error']} ran, "
                f"{counts[CACHED]} cached, {counts[FROM_RECORD]} from the record, "
-               f"{counts['failed']} failed")
+               f"{counts['failed']} did not run cleanly")
     extra = [f"{counts[s]} {s}" for s in ("skipped", "not-run") if counts[s]]
     elsewhere = sum(1 for r in rows if r["status"] == ELSEWHERE)
     if elsewhere:

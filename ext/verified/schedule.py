@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,6 +147,65 @@ class CorePool:
             self.free.put(pinned)
 
 
+def running_dir(config: config_module.ExecutionConfig) -> Path:
+    """Where the builds of one clone say which page each is running: beside no file of the
+    clone (a folder of the system's temporary directory named by the clone's record)."""
+    import hashlib
+    import tempfile
+
+    clone = hashlib.sha256(str(Path(config.record_dir).resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"verified-running-{clone}"
+
+
+def claim(folder: Path, docname: str) -> tuple[bool, str]:
+    """Marks ``docname`` as being run by this process: (whether the mark is ours to remove,
+    a notice where another live build of the clone runs the same page now, else "")."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mark = folder / docname.replace("/", "--")
+    mine = f"{os.getpid()} {' '.join(sys.argv)}"
+    for _ in range(2):
+        try:
+            with open(mark, "x", encoding="utf-8") as file:
+                file.write(mine)
+            return True, ""
+        except FileExistsError:
+            other = mark.read_text(encoding="utf-8") if mark.exists() else ""
+            pid, _, command = other.partition(" ")
+            if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+                return False, (f"{docname} is being run by another build of this clone too "
+                               f"(process {pid}: {command or 'a build'}): both run it, each "
+                               f"for its own output, and it takes the machine twice as long")
+            mark.unlink(missing_ok=True)  # a build that ended without removing it
+    return False, ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def page_mark(config: config_module.ExecutionConfig, docname: str):
+    """While a page runs: its mark, and a notice if another build of the clone runs it."""
+    folder = running_dir(config)
+    try:
+        owned, notice = claim(folder, docname)
+    except OSError:  # the notice is a courtesy: a build goes on without it
+        owned, notice = False, ""
+    if notice:
+        logger.info(f"notice: {notice}")
+    try:
+        yield
+    finally:
+        if owned:
+            (folder / docname.replace("/", "--")).unlink(missing_ok=True)
+
+
 def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one,
               serial: bool = False) -> list:
     """Runs ``run_one(job, gate, cores)`` for every page: the shared pages ``config.jobs``
@@ -159,7 +219,8 @@ def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one,
     slots = Slots(jobs_at_once)
 
     def run(job):
-        with slots.hold(job.settings.processes), cores.take() as pinned:
+        with slots.hold(job.settings.processes), cores.take() as pinned, \
+                page_mark(config, job.docname):
             return run_one(job, gate, pinned)
 
     # Interrupted (Ctrl-C, a closed terminal) or failed: every worker is ended before the

@@ -34,8 +34,11 @@ PREFIX = "check:"
 SAME, DIFFERS, VARIES, RAISED = "same", "differs", "varies", "raised"
 UNRECORDED, UNVERIFIED, ELSEWHERE, UNCOMPARED = ("unrecorded", "not-verified", "elsewhere",
                                                  "uncompared")
-TOTAL_WORDS = ((SAME, "same"), (DIFFERS, "differ"), (VARIES, "vary (not compared)"),
-               (RAISED, "raised as recorded"), (UNRECORDED, "not in the record"),
+AFTER_EDIT = "after-edit"  # differs, but a cell before it is not the page's: the reader's doing
+TOTAL_WORDS = ((SAME, "same"), (DIFFERS, "differ"),
+               (AFTER_EDIT, "differ after an earlier cell was edited (not counted as differing)"),
+               (VARIES, "vary (not compared)"),
+               (RAISED, "raised as recorded"), (UNRECORDED, "not in the record (edited or added)"),
                (UNVERIFIED, "not yet verified there"), (ELSEWHERE, "run on another platform only"),
                (UNCOMPARED, "not compared (exercises, skip-execution, colour drawings)"))
 _RICH = '<pre style="white-space:pre;overflow-x:auto;line-height:normal'  # rich's HTML
@@ -351,7 +354,8 @@ class Check:
         for item in expected:
             self.by_digest.setdefault(item.digest, []).append(item)
         self.last = -1
-        self.current: tuple[Expected | None, Capture] | None = None
+        self.edited = False  # a cell that is not the page's ran: later outputs may follow it
+        self.current: tuple[Expected | None, Capture, str] | None = None
         self.tally: dict[str, int] = {kind: 0 for kind, _ in TOTAL_WORDS}
 
     def _match(self, source: str) -> Expected | None:
@@ -382,13 +386,13 @@ class Check:
             self.current = None
             return
         capture = Capture(self.shell)
-        self.current = (self._match(source), capture)
+        self.current = (self._match(source), capture, source)
         capture.start()
 
     def post(self, result) -> None:
         if self.current is None:
             return
-        item, capture = self.current
+        item, capture, source = self.current
         self.current = None
         _wait_for_jax()
         capture.stop()
@@ -396,11 +400,14 @@ class Check:
         kind, line = self.judge(item, capture, error)
         self.tally[kind] += 1
         print(f"{PREFIX} {line}")
+        if kind == UNRECORDED and source_has_code(source):
+            self.edited = True
 
     def judge(self, item: Expected | None, capture: Capture, error) -> tuple[str, str]:
         label = self.reference.label
         if item is None:
-            return UNRECORDED, "not in the record: this cell's code is not the page's"
+            return UNRECORDED, ("not in the record: this cell's code is not the page's (edited "
+                                "or added); the cells after it run from its state")
         block = item.block
         if self.elsewhere(item):
             there = self.platforms.get(block.platform, block.platform)
@@ -430,6 +437,12 @@ class Check:
             return RAISED, f"raised {type(error).__name__}, as recorded on {label}"
         if comparison.verdict == "match":
             return SAME, f"same output as recorded on {label}"
+        if self.edited:
+            # The site's caption says "an earlier block changed" in the same case: what the
+            # reader changed above, not the platform, may be why.
+            return AFTER_EDIT, (f"the output differs from {label}'s, after an earlier cell was "
+                                f"edited (not counted as differing): "
+                                f"{first_difference(comparison.diff)}")
         text = f"the output differs from {label}'s: {first_difference(comparison.diff)}"
         if item.cause:
             text += f"; a known difference: {item.cause}"
@@ -441,6 +454,12 @@ class Check:
                  if self.tally[kind] or kind in (SAME, DIFFERS)]
         return (f"{counted} cells, checked against {self.reference.describe()}: "
                 + ", ".join(parts))
+
+
+def source_has_code(source: str) -> bool:
+    """Whether a cell does anything (an empty or comment-only cell changes no state)."""
+    return any(line.strip() and not line.strip().startswith("#")
+               for line in (source or "").splitlines())
 
 
 _ACTIVE: dict[str, Any] = {}
@@ -578,11 +597,16 @@ def show_recorded(index: int) -> None:
         print(f"(runs on {data['platforms'].get(block['platform'], block['platform'])} only, "
               f"and is not yet verified there)")
         return
+    there = data["platforms"].get(block["platform"], block["platform"])
     for output in outputs:
         if output["kind"] in ("stdout", "stderr"):
             getattr(sys, output["kind"]).write(output["text"])
+        elif output["kind"] in ("display", "result") and output.get("data"):
+            # The notebook carries no figure's pixels: the page shows it.
+            print(f"[{output['text'] or 'a figure'}, drawn on {there}: the chapter's page "
+                  f"shows it]")
         elif output["kind"] in ("display", "result"):
-            display({"text/plain": output["text"], **output.get("data", {})}, raw=True)
+            display({"text/plain": output["text"]}, raw=True)
 
 
 def totals() -> None:

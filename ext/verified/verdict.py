@@ -17,7 +17,7 @@ from docutils import nodes
 from .align import align
 from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, Block, DocSettings
 from .record import RecordedBlock, compare, source_digest
-from .render import folded, output_nodes
+from .render import folded, in_readers_words, output_nodes
 from .target_record import (TargetBlock, TargetRecord, read_target_record,
                             target_record_path)
 from .targets import PLATFORM, Target
@@ -60,7 +60,7 @@ class Verdict:
         if self.kind == RUNS:
             return f"runs on {label} (output varies, not compared)"
         if self.kind == FAILS:
-            return f"on {label}: {self.detail}"
+            return f"on {label}: {in_readers_words(self.detail)}"
         if self.kind == NEEDS_DEVICES:
             wanted, has = self.devices
             return f"needs {wanted} devices ({label} here has {has})"
@@ -68,10 +68,7 @@ class Verdict:
             return f"not run on {label}: {self.detail}"
         if self.kind == ONLY_THERE:
             return f"runs on {label} only: verified there {self.date}"
-        if self.kind == DEPENDS:
-            if self.because is not None:
-                return (f"on {label}: not run, because block {self.because.index + 1} "
-                        f"(line {self.because.line}) fails there")
+        if self.kind == DEPENDS:  # a page's captions say it once (``chapter_notes``)
             return f"on {label}: not run, because an earlier block fails there"
         return f"not yet verified on {label}" + (f": {self.detail}" if self.detail else "")
 
@@ -209,6 +206,41 @@ def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
             if outputs:
                 rendered.append(folded(f"Show the output on {item.target.label}",
                                        "cell-matrix-output", *outputs))
+    return rendered
+
+
+def chapter_notes(depending: list[Verdict], sections: dict[int, str]) -> list[nodes.Node]:
+    """One line per target for a page's blocks that did not run there because an earlier
+    block fails there (said once, at the top, not under each of them): how many, and where
+    the failing blocks are, by section (``sections``: block index to title), each section
+    linked to its first failing block."""
+    rendered: list[nodes.Node] = []
+    by_target: dict[str, list[Verdict]] = {}
+    for item in depending:
+        by_target.setdefault(item.target.name, []).append(item)
+    for items in by_target.values():
+        label, count = items[0].target.label, len(items)
+        failing = sorted({item.because.index: item.because for item in items
+                          if item.because is not None}.values(), key=lambda b: b.index)
+        places: dict[str, Block] = {}  # section title: its first failing block
+        for block in failing:
+            places.setdefault(sections.get(block.index, ""), block)
+        line = nodes.paragraph(classes=["cell-caption", "chapter-target-note",
+                                        f"cell-target-{items[0].target.kind}"])
+        blocks, them = ("1 block", "it") if count == 1 else (f"{count} blocks", "them")
+        line += nodes.Text(f"On {label}, {blocks} of this page did not run, because ")
+        if len(failing) <= 1:
+            line += nodes.Text(f"a block before {them} fails there")
+        else:
+            line += nodes.Text(f"blocks before {them} fail there")
+        named = [(title, block) for title, block in places.items() if title]
+        for at, (title, block) in enumerate(named):
+            line += nodes.Text(": in " if at == 0 else
+                               (" and " if at == len(named) - 1 else ", "))
+            words = f"“{title}”"
+            line += nodes.reference(words, words, refid=block_anchor(block), internal=True)
+        line += nodes.Text(".")
+        rendered.append(line)
     return rendered
 
 
