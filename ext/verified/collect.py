@@ -28,9 +28,10 @@ from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
 from .model import Block, DocJob, DocSettings
 
-# What runs a page: the worker and the rules it captures a block's output by.
+# What runs a page: the worker, the rules it captures a block's output by, and its guard.
 WORKER_SOURCES = tuple(Path(__file__).with_name(name) for name in ("worker.py",
-                                                                    "capture_rules.py"))
+                                                                    "capture_rules.py",
+                                                                    "reap.py"))
 
 
 @dataclass(frozen=True)
