@@ -20,6 +20,7 @@ import base64
 import binascii
 import dataclasses
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from sphinx.util import logging
 
 from .collect import job_key
 from .model import BlockResult, DocJob, DocResult, Environment, Output, ProcessResult
-from .record import Record, read_record, source_digest
+from .record import Record, UnreadableRecord, read_record, source_digest
 from .render import describe_environment
 from .targets import TARGET_DIRS
 
@@ -160,7 +161,12 @@ def prune_images(record_dir: Path) -> list[Path]:
     for path in record_dir.rglob("*.json"):
         if path.relative_to(record_dir).parts[0] in (*TARGET_DIRS, IMAGES):
             continue
-        record = read_record(record_dir, path.relative_to(record_dir).with_suffix("").as_posix())
+        docname = path.relative_to(record_dir).with_suffix("").as_posix()
+        try:
+            record = read_record(record_dir, docname)
+        except UnreadableRecord as err:  # the images it names are unknown: keep them all
+            warn_unreadable(err, docname, f"`make record PAGES={docname}`")
+            return []
         for block in record.blocks:
             for output in _every_output(block):
                 named.update(image_path(record_dir, mime, value.removeprefix(_DIGEST))
@@ -178,6 +184,12 @@ def caption(environment: Environment) -> str:
     machine = environment.machine()
     return (f"{describe_environment(environment)} · recorded {environment.date}"
             + (f" on {machine}" if machine else "") + " · varies from run to run")
+
+
+def warn_unreadable(err: UnreadableRecord, docname: str, rewrite: str) -> None:
+    """One located line for a damaged record (its page then runs as in a fresh clone)."""
+    logger.warning(err.advice(docname, rewrite), type="verified", subtype="record",
+                   location=f"{os.path.relpath(err.path)}:{err.line}")
 
 
 def log_replays(replays: dict[str, Replay], executed: set[str]) -> None:
