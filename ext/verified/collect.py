@@ -7,6 +7,9 @@ what is collected here is exactly what the directive will see later.
 
 from __future__ import annotations
 
+import ast
+import builtins
+import difflib
 import hashlib
 import json
 import os
@@ -139,6 +142,7 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options,
                              settings))
     problems.extend(exercise_problems(blocks))
+    problems.extend(raises_problems(blocks))
     for line in _nested_cell_lines(_parser().parse(text), 0):
         problems.append(Problem(line, "code-cell must be at the top level of the page "
                                 "(a cell nested in another directive cannot run)", "nested"))
@@ -189,6 +193,35 @@ def exercise_problems(blocks: list[Block]) -> list[Problem]:
             problems.append(Problem(block.line, "an exercise-solution must run and must not "
                                     "raise (its check decides whether it is right)", "exercise"))
     return sorted(problems, key=lambda problem: problem.line)
+
+
+BUILTIN_EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
+                               if isinstance(value, type) and issubclass(value, BaseException))
+
+
+def raises_problems(blocks: list[Block]) -> list[Problem]:
+    """A misspelt ``:raises:`` name, found before the page runs. Only a plain name can be
+    judged without running the page: a built-in exception or a class one of the page's
+    blocks defines is known, and a name close to one of those that is neither is a slip.
+    Any other name (a library's error, such as ``TracerBoolConversionError``, or a dotted
+    name) is matched against the raised exception's classes when the block runs."""
+    known = set(BUILTIN_EXCEPTIONS)
+    for block in blocks:
+        try:
+            tree = ast.parse(block.source)
+        except SyntaxError:  # IPython syntax (%timeit), or the block's own error to show
+            continue
+        known.update(node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef))
+    problems = []
+    for block in blocks:
+        name = block.raises
+        if not name or "." in name or name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        if close:
+            problems.append(Problem(block.line, f":raises: {name} is no exception this page "
+                                    f"or Python defines; did you mean {close[0]}?", "option"))
+    return problems
 
 
 def _block(index: int, line: int, source: str, options: dict,
