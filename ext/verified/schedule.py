@@ -26,10 +26,10 @@ from . import config as config_module
 from . import stop
 from .execute import run_document
 from .gate import BlockGate, Slots
-from .mistakes import page_mistakes
+from .mistakes import page_mistakes, pages_not_for
 from .record import recorded_duration
 from .replay import log_replays
-from .state import state
+from .state import FRESH_BUILDERS, state
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         env.verified_stamps = {}
     if getattr(app.builder, "runs_pages_itself", False):
         return  # the target builders run pages under their targets themselves (builders.py)
+    if build.config.pages and app.builder.name not in FRESH_BUILDERS:
+        raise pages_not_for(app.builder.name)
     mistake = page_mistakes(build.config.pages, env.found_docs, Path(app.srcdir).name)
     if mistake:
         raise mistake
