@@ -172,10 +172,19 @@ def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one,
         return results + [run(job) for job in exclusive]
 
 
+def cache_unwritable(err: OSError) -> str:
+    """What an execution cache that cannot be written means, and what to do about it."""
+    return (f"the execution cache cannot be written ({err.strerror or err}: {err.filename}), so "
+            f"the next build runs the pages this one ran again; make the folder writable, remove "
+            f"it (`make clean`) or set verified_cache_dir to a writable folder")
+
+
 def _run_all(app: Sphinx, jobs: list) -> None:
     build = state(app)
     config = build.config
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
+
+    unstored: list[str] = []  # the pages the cache could not keep (said once, at the first)
 
     def run(job, gate, pinned):
         result = run_document(job.for_platform(None), default_timeout=config.timeout,
@@ -183,8 +192,10 @@ def _run_all(app: Sphinx, jobs: list) -> None:
         try:
             build.cache.store(result)  # now: a build stopped later keeps what this page did
         except OSError as err:  # the cache saves time only: the build goes on without it
-            logger.warning(f"the execution cache could not store this page's result: {err}",
-                           location=(job.docname, 1), type="verified", subtype="cache")
+            unstored.append(job.docname)
+            if len(unstored) == 1:
+                logger.warning(cache_unwritable(err), location=(job.docname, 1),
+                               type="verified", subtype="cache")
         status = "failed" if result.failed else "ok"
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
