@@ -46,6 +46,9 @@ class Replay:
 
     result: DocResult | None
     reason: str = ""
+    # Where the record itself is whole and a file beside it is not: the command that puts
+    # that file back (``git checkout``), so that no run is needed to mend it.
+    restore: str = ""
 
 
 def replay(job: DocJob, record: Record | None, identity: dict, record_dir: Path) -> Replay:
@@ -57,14 +60,17 @@ def replay(job: DocJob, record: Record | None, identity: dict, record_dir: Path)
         return Replay(None, reason)
     blocks = []
     for block, recorded in zip(job.blocks, record.blocks):
+        missing = [path for output in _every_output(recorded)
+                   for path in _missing_images(output, record_dir)]
+        if missing:
+            return Replay(None, f"an image of block {block.index + 1} (line {block.line}) is "
+                                f"not in {IMAGES}/ beside the record",
+                          restore=f"git checkout -- {os.path.relpath(missing[0])}")
         outputs = _restored(recorded.outputs, record_dir)
         others = [ProcessResult(process=other.process, status=other.status,
                                 outputs=_restored(other.outputs, record_dir),
                                 warnings=list(other.warnings))
                   for other in recorded.others]
-        if outputs is None or any(other.outputs is None for other in others):
-            return Replay(None, f"an image of block {block.index + 1} (line {block.line}) is "
-                                f"not in {IMAGES}/ beside the record")
         blocks.append(BlockResult(index=block.index, status=recorded.status, outputs=outputs,
                                   warnings=list(recorded.warnings), others=others))
     return Replay(DocResult(docname=job.docname, key=job.key,
@@ -100,17 +106,24 @@ def recorded_identity(environment: Environment) -> dict:
             "platform": environment.platform or None}
 
 
-def _restored(outputs: list[Output], record_dir: Path) -> list[Output] | None:
-    """The outputs with each image read back from ``images/`` (None if one is missing or
-    does not hash to its digest)."""
+def _missing_images(output: Output, record_dir: Path) -> list[Path]:
+    """The images an output names that are not in ``images/`` as named (missing, or not
+    hashing to their digest)."""
+    return [image_path(record_dir, mime, value.removeprefix(_DIGEST))
+            for mime, value in output.data.items()
+            if mime.startswith("image/") and value.startswith(_DIGEST)
+            and _read_image(record_dir, mime, value.removeprefix(_DIGEST)) is None]
+
+
+def _restored(outputs: list[Output], record_dir: Path) -> list[Output]:
+    """The outputs with each image read back from ``images/`` (all there: ``_missing_images``
+    found none)."""
     restored = []
     for output in outputs:
         data = {}
         for mime, value in output.data.items():
             if mime.startswith("image/") and value.startswith(_DIGEST):
                 value = _read_image(record_dir, mime, value.removeprefix(_DIGEST))
-                if value is None:
-                    return None
             data[mime] = value
         restored.append(dataclasses.replace(output, data=data))
     return restored
@@ -201,7 +214,15 @@ def log_replays(replays: dict[str, Replay], executed: set[str]) -> None:
         logger.info(f"{len(shown)} page(s) shown from the verified record")
     for run, how in ((True, "so executed"), (False, "shown from the execution cache")):
         stale = sorted((docname, item.reason) for docname, item in replays.items()
-                       if item.reason and (docname in executed) == run)
+                       if item.reason and not item.restore and (docname in executed) == run)
+        restorable = sorted((docname, item.reason, item.restore)
+                            for docname, item in replays.items()
+                            if item.restore and (docname in executed) == run)
+        if restorable:
+            logger.info(f"{len(restorable)} page(s) miss a file beside their record, {how} "
+                        f"(restoring the file from git mends it; no `make record` needed):")
+            for docname, reason, restore in restorable:
+                logger.info(f"  {docname}: {reason}; `{restore}` restores it")
         unrecorded = sorted(docname for docname, item in replays.items()
                             if item.result is None and not item.reason
                             and (docname in executed) == run)
