@@ -4,6 +4,7 @@ long block is announced on the console, and a block its limit stops shows where 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,10 @@ def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum
         assert time.monotonic() - started < 2.0
         assert _gone_within(pids, 5.0), "a worker (or what it started) outlived the build"
         assert build.returncode != 0
+        # The page it ended is said as stopped where it was, not as failed.
+        output = build.stdout.read().decode(errors="replace")
+        assert re.search(r"^  executed index: 2 blocks, [\d.]+ s, stopped by the interrupt in "
+                         r"block 2 \(\S+/index\.md:7\)$", output, re.M), output[-2000:]
     finally:
         for pid in [build.pid, *pids]:
             if alive(pid):

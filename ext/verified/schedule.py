@@ -172,6 +172,16 @@ def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one,
         return results + [run(job) for job in exclusive]
 
 
+def stopped_at(job, result) -> str:
+    """How a page the interrupted build ended is said: where it was, not "failed"."""
+    failed = next((block for block in result.blocks if block.failed), None)
+    if failed is None:
+        return "stopped by the interrupt before its first block"
+    line = job.blocks[failed.index].line
+    return (f"stopped by the interrupt in block {failed.index + 1} "
+            f"({os.path.relpath(job.path)}:{line})")
+
+
 def cache_unwritable(err: OSError) -> str:
     """What an execution cache that cannot be written means, and what to do about it."""
     return (f"the execution cache cannot be written ({err.strerror or err}: {err.filename}), so "
@@ -196,7 +206,8 @@ def _run_all(app: Sphinx, jobs: list) -> None:
             if len(unstored) == 1:
                 logger.warning(cache_unwritable(err), location=(job.docname, 1),
                                type="verified", subtype="cache")
-        status = "failed" if result.failed else "ok"
+        status = ("ok" if not result.failed else stopped_at(job, result) if stop.stopping()
+                  else "failed")
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
         return result

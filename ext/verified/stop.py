@@ -48,6 +48,11 @@ def ended(group: int) -> None:
         _GROUPS.discard(group)
 
 
+def stopping() -> bool:
+    """Whether the build is being stopped (a page that ends now was ended by it)."""
+    return _STOPPING.is_set()
+
+
 def check() -> None:
     """Raises ``Stopped`` once the build is stopping (before a page's interpreter starts)."""
     if _STOPPING.is_set():
