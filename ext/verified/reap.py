@@ -67,13 +67,12 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
-def end_processes(*, group: int | None = None, below: int | None = None,
-                  spare: frozenset[int] = frozenset()) -> None:
+def end_processes(*, group: int | None = None, below: int | None = None) -> None:
     """Kills every process of process group ``group`` and everything below them, or (with
     ``below``) everything below that pid, which is left alone. The group's top processes
     (those whose parent is outside: its workers) are stopped first and killed last, so that
-    their subreaping holds everything below them until it is dead. ``spare`` and guards are
-    left to the group's final kill. Without ``/proc`` (not Linux), the group's kill alone."""
+    their subreaping holds everything below them until it is dead. Guards are left to the
+    group's final kill. Without ``/proc`` (not Linux), the group's kill alone."""
     deadline = time.monotonic() + END_LIMIT
     tops: set[int] = set()
     while sys.platform.startswith("linux"):
@@ -89,8 +88,8 @@ def end_processes(*, group: int | None = None, below: int | None = None,
                 if child not in tree:
                     tree.add(child)
                     stack.append(child)
-        live = {pid for pid in tree if table[pid][2] not in "ZX" and pid != below
-                and pid not in spare and table[pid][3].encode() != GUARD_NAME}
+        live = {pid for pid in tree if pid in table and pid != below
+                and table[pid][2] not in "ZX" and table[pid][3] != GUARD_NAME.decode()}
         for pid in {pid for pid in live if table[pid][0] not in tree} - tops:
             tops.add(pid)
             _signal(pid, signal.SIGSTOP)  # a stopped worker starts nothing new
@@ -99,7 +98,7 @@ def end_processes(*, group: int | None = None, below: int | None = None,
             break
         for pid in rest:
             _signal(pid, signal.SIGKILL)
-        time.sleep(0.001)
+        time.sleep(0.002)  # for them to exit (a process being killed is still listed)
     for pid in tops:
         _signal(pid, signal.SIGKILL)
     if group is not None:
