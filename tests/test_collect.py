@@ -181,8 +181,9 @@ def test_notebook_metadata_is_not_part_of_the_key(tmp_path):
 
 def test_a_misspelt_raises_name_is_found_before_the_page_runs():
     """A plain name close to a built-in exception or to a class the page defines, and equal
-    to neither, stops the page with "did you mean"; a library's error name is left to the
-    run (it cannot be judged without importing the library), as is a dotted name."""
+    to neither, stops the page with "did you mean"; a plain library error's name is left to
+    the run (only importing the library could judge it). A dotted name is judged from its
+    module's source, unless no such module is here."""
     text = dedent("""\
         ```{code-cell} python
         class WeirdError(Exception):
@@ -208,7 +209,25 @@ def test_a_misspelt_raises_name_is_found_before_the_page_runs():
         ```
 
         ```{code-cell} python
-        :raises: jax.errors.JaxRuntimeEror
+        :raises: JaxRuntimeError
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: json.JSONDecodeEror
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: jax.errors.JaxRuntimeError
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: nosuchpackage.SomeError
 
         pass
         ```
@@ -219,4 +238,6 @@ def test_a_misspelt_raises_name_is_found_before_the_page_runs():
             "TypeError?", "option"),
         (12, ":raises: WierdError is no exception this page or Python defines; did you mean "
              "WeirdError?", "option"),
+        (30, ":raises: json.JSONDecodeEror: json defines no JSONDecodeEror; did you mean "
+             "json.JSONDecodeError?", "option"),
     ]
