@@ -32,6 +32,12 @@ def advice(path: str, line: int, reason: str, page: str, rewrite: str) -> str:
             f"({rewrite}) [verified.record]")
 
 
+def record_warnings(build) -> list[str]:
+    """The damaged-record lines as printed (not through ``warning_lines``, which would hide
+    an absolute path by taking the source folder out)."""
+    return [line for line in build.warnings.splitlines() if "[verified.record]" in line]
+
+
 def test_where_a_record_broke(tmp_path):
     path = tmp_path / "page.json"
     path.write_text(json.dumps({"docname": "page", "environment": {"python": "3.11"}}, indent=1) + "\n")
@@ -39,7 +45,7 @@ def test_where_a_record_broke(tmp_path):
     with pytest.raises(UnreadableRecord) as caught:
         load_record_json(path)
     assert (caught.value.line, caught.value.reason) == (
-        4, "Expecting property name enclosed in double quotes, column 1")
+        4, "Expecting property name enclosed in double quotes: column 1")
     path.write_text(json.dumps({"docname": "page", "environment": {"python": "3.11"}}, indent=1) + "\n")
     conflict(path)
     with pytest.raises(UnreadableRecord) as caught:
@@ -66,8 +72,8 @@ def test_a_truncated_record_costs_only_its_page(clone):
     copy = clone("basic")
     truncate(copy.path / "record" / "other.json")
     build = copy.build()
-    assert build.warning_lines() == [advice(
-        "record/other.json", 4, "Expecting property name enclosed in double quotes, column 1",
+    assert build.warning_lines() == record_warnings(build) == [advice(
+        "record/other.json", 4, "Expecting property name enclosed in double quotes: column 1",
         "other", "`make record PAGES=other`")]
     assert "1 page(s) shown from the verified record" in build.status
     assert "1 page(s) not in the verified record, so executed: other" in build.status
@@ -80,7 +86,7 @@ def test_a_conflicted_record_leaves_a_doctest_of_another_page_whole(clone):
     conflict(copy.path / "record" / "part1" / "01-one.json")
     build = copy.build("doctest", fresh=True, confoverrides={"verified_pages": ["part1/02-two"]})
     # (The root's other warnings are its course features' own tests.)
-    assert [line for line in build.warning_lines() if "[verified." in line] == [advice(
+    assert record_warnings(build) == [advice(
         "record/part1/01-one.json", 2, "a merge conflict's markers", "part1/01-one",
         "`make record PAGES=part1/01-one`")]
     assert "build succeeded" in build.status
@@ -99,8 +105,7 @@ def test_a_damaged_target_record_costs_only_its_page_there(tmp_path, monkeypatch
     build = copy.build("html", fresh=True)
     path = (folder / "index.json").relative_to(copy.path).as_posix()
     line, reason = ((2, "a merge conflict's markers") if damage is conflict else
-                    (4, "Expecting property name enclosed in double quotes, column 1"))
+                    (4, "Expecting property name enclosed in double quotes: column 1"))
     # (The Versions page of the matrix root then misses the difference that record showed.)
-    assert [line for line in build.warning_lines() if "[verified.record]" in line] == [
-        advice(path, line, reason, "index", rewrite)]
+    assert record_warnings(build) == [advice(path, line, reason, "index", rewrite)]
     assert "cell-output" in build.html() or "<pre>" in build.html()

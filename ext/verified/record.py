@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,8 +151,8 @@ class UnreadableRecord(ValueError):
     def advice(self, page: str, rewrite: str) -> str:
         """The one line: ``rewrite`` says how the record is made again."""
         return (f"the record cannot be read ({self.reason}), so {page} runs as in a fresh "
-                f"clone; restore it (`git checkout -- {self.path}`) or make it again "
-                f"({rewrite})")
+                f"clone; restore it (`git checkout -- {os.path.relpath(self.path)}`) or make "
+                f"it again ({rewrite})")
 
 
 def load_record_json(path: Path) -> dict:
@@ -163,7 +164,7 @@ def load_record_json(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise UnreadableRecord(path, err.lineno, f"{err.msg}, column {err.colno}") from None
+        raise UnreadableRecord(path, err.lineno, f"{err.msg}: column {err.colno}") from None
     if not isinstance(data, dict):
         raise UnreadableRecord(path, 1, "not a JSON object")
     return data
