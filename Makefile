@@ -48,7 +48,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 html: venv
-	$(SPHINX) -b html source $(BUILD)/html -d $(BUILD)/doctrees $(FRESHLY)
+	$(SPHINX) -b html source $(BUILD)/html -d $(BUILD)/doctrees $(FRESHLY) $(ONLY)
 
 # Re-executes every document (no cache) and compares each block with the verified record.
 doctest: venv

@@ -177,3 +177,67 @@ def test_notebook_metadata_is_not_part_of_the_key(tmp_path):
     assert found.problems == []
     page.write_text("# P\n\n```{code-cell} ipython3\nprint(1)\n```\n")
     assert with_key(collect("page", page).job, {}).key == with_key(found.job, {}).key
+
+
+def test_a_misspelt_raises_name_is_found_before_the_page_runs():
+    """A plain name close to a built-in exception or to a class the page defines, and equal
+    to neither, stops the page with "did you mean"; a plain library error's name is left to
+    the run (only importing the library could judge it). A dotted name is judged from its
+    module's source, unless no such module is here."""
+    text = dedent("""\
+        ```{code-cell} python
+        class WeirdError(Exception):
+            pass
+        ```
+
+        ```{code-cell} python
+        :raises: TypeEror
+
+        len(1)
+        ```
+
+        ```{code-cell} python
+        :raises: WierdError
+
+        raise WeirdError()
+        ```
+
+        ```{code-cell} python
+        :raises: TracerBoolConversionError
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: JaxRuntimeError
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: json.JSONDecodeEror
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: jax.errors.JaxRuntimeError
+
+        pass
+        ```
+
+        ```{code-cell} python
+        :raises: nosuchpackage.SomeError
+
+        pass
+        ```
+        """)
+    found = collect("page", "page.md", frozenset(), text=text)
+    assert [(p.line, p.message, p.subtype) for p in found.problems] == [
+        (6, ":raises: TypeEror is no exception this page or Python defines; did you mean "
+            "TypeError?", "option"),
+        (12, ":raises: WierdError is no exception this page or Python defines; did you mean "
+             "WeirdError?", "option"),
+        (30, ":raises: json.JSONDecodeEror: json defines no JSONDecodeEror; did you mean "
+             "json.JSONDecodeError?", "option"),
+    ]

@@ -42,6 +42,19 @@ def test_every_builder_checks_the_pages_named(site, builder):
         copy.build(builder, fresh=True, confoverrides={"verified_pages": ["source/index.md"]})
 
 
+@pytest.mark.parametrize("pages", [["index"], ["inde"]])
+def test_pages_for_html_is_one_line_not_ignored(site, pages):
+    """`make html PAGES=…` (a misspelt page too): said at once, nothing built."""
+    copy = site("basic")
+    with pytest.raises(UserMistake) as caught:
+        copy.build("html", confoverrides={"verified_pages": pages})
+    assert str(caught.value) == (
+        "PAGES= limits `make doctest`, `make record`, `make portability` and the target runs; "
+        "`make html` builds every page and runs only those whose code changed since their "
+        "record: run it without PAGES")
+    assert not (copy.path / "_build" / "html" / "index.html").exists()
+
+
 def test_a_bad_configuration_value_is_one_line_naming_conf_py(tmp_path):
     """A wrong ``verified_*`` value is the user's to mend: one line, no crash report."""
     shutil.copytree(ROOTS / "test-basic", tmp_path / "site")

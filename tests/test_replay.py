@@ -144,6 +144,21 @@ def test_a_missing_image_executes_its_page(site):
         in build.status
 
 
+def test_a_deleted_image_says_git_restores_it(site, monkeypatch):
+    """The record is whole: putting the image back mends it, no `make record` needed."""
+    copy = cloned(site)
+    (image,) = (copy.path / "record" / IMAGES).iterdir()
+    image.unlink()
+    monkeypatch.chdir(copy.path)
+    build = copy.build()
+    assert "executed index: 10 blocks" in build.status
+    assert ("1 page(s) miss a file beside their record, so executed (restoring the file from "
+            "git mends it; no `make record` needed):\n"
+            f"  index: an image of block 9 (line 58) is not in {IMAGES}/ beside the record; "
+            f"`git checkout -- record/{IMAGES}/{image.name}` restores it\n") in build.status
+    assert "out of date with their record" not in build.status
+
+
 def test_fresh_executes_every_page(site):
     copy = cloned(site)
     build = copy.build(confoverrides={"verified_fresh": True})

@@ -4,6 +4,7 @@ long block is announced on the console, and a block its limit stops shows where 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,10 @@ def test_an_interrupted_build_ends_at_once_and_leaves_no_worker(tmp_path, signum
         assert time.monotonic() - started < 2.0
         assert _gone_within(pids, 5.0), "a worker (or what it started) outlived the build"
         assert build.returncode != 0
+        # The page it ended is said as stopped where it was, not as failed.
+        output = build.stdout.read().decode(errors="replace")
+        assert re.search(r"^  executed index: 2 blocks, [\d.]+ s, stopped by the interrupt in "
+                         r"block 2 \(\S+/index\.md:7\)$", output, re.M), output[-2000:]
     finally:
         for pid in [build.pid, *pids]:
             if alive(pid):
@@ -103,6 +108,40 @@ def test_a_worker_ends_when_its_build_is_killed(tmp_path):
         assert _gone_within([worker], 5.0), "the worker outlived its killed build"
     finally:
         for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreaper and /proc")
+def test_a_killed_build_leaves_nothing_its_pages_started(tmp_path):
+    """SIGKILL of the build, while a page and a two-process page run: each worker, and the
+    sleeps each started in its group, in a session of its own and orphaned, all end."""
+    shutil.copytree(ROOTS / "test-killed", tmp_path / "site")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    build = subprocess.Popen(
+        [sys.executable, "-m", "sphinx", "-b", "html", str(tmp_path / "site"),
+         str(tmp_path / "out"), "-d", str(tmp_path / "doctrees"),
+         "-D", f"verified_cache_dir={tmp_path / 'cache'}",
+         "-D", f"verified_report={tmp_path / 'report.json'}"],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "ext"), "KILLED_MARKERS": str(markers)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(pids) != 12:  # three workers (one page, two processes), three sleeps each
+            if time.monotonic() > deadline or build.poll() is not None:
+                build.kill()
+                pytest.fail(build.communicate()[0].decode(errors="replace")[-4000:])
+            time.sleep(0.1)
+            pids = [int(pid) for marker in markers.iterdir()
+                    for pid in marker.read_text().split()]
+        assert all(alive(pid) for pid in pids)
+        build.kill()
+        build.wait(timeout=5)
+        assert _gone_within(pids, 5.0), [pid for pid in pids if alive(pid)]
+    finally:
+        for pid in [build.pid, *pids]:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 

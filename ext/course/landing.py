@@ -9,7 +9,7 @@ from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
 from verified.targets import TARGET_DIRS
-from verified.record import read_record, record_path
+from verified.record import record_path
 from verified.state import state
 
 from .chapters import aggregate_pages
@@ -80,18 +80,18 @@ class VerificationStatementDirective(SphinxDirective):
     """Reads every record (and depends on it: a new record re-renders the statement)."""
 
     def run(self) -> list[nodes.Node]:
-        record_dir = state(self).config.record_dir
+        build = state(self)
+        record_dir = build.config.record_dir
         aggregate_pages(self.env)[self.env.docname] = True
-        records = []
         self.env.course_record_listing = record_listing(record_dir)
         for docname in self.env.course_record_listing:
             self.env.note_dependency(str(record_path(record_dir, docname)))
-            records.append(read_record(record_dir, docname))
+        # A damaged record is said once (``record_for``) and left out here.
+        records = [record for record in map(build.record_for, self.env.course_record_listing)
+                   if record is not None]
         sharding = None
         if self.config.course_sharding_chapter:
-            path = record_path(record_dir, self.config.course_sharding_chapter)
-            if path.exists():
-                sharding = read_record(record_dir, self.config.course_sharding_chapter)
+            sharding = build.record_for(self.config.course_sharding_chapter)
         devices = sharding.environment.device_count if sharding else None
         matrix_versions = tuple(v.name for v in state(self).config.matrix)
         platforms = tuple(p.label for p in state(self).config.platforms)

@@ -26,7 +26,8 @@ The pipeline, one module per phase:
     selfcheck.py  run in a reader's kernel: a chapter notebook's check of every cell
 
 Around them: align.py matches a page's blocks with a record by source; stop.py ends every
-worker when the build is interrupted; hang.py speaks of a long block and shows where a
+worker when the build is interrupted; reap.py ends what a page started, however the build
+ends (each worker a subreaper, with a guard for a killed build); hang.py speaks of a long block and shows where a
 stopped one was; locate.py puts a syntax error at its line; mistakes.py turns a user's
 mistake into one line; steady.py keeps the stored configuration conf.py's.
 """

@@ -34,7 +34,7 @@ from .replay import IMAGES, prune_images, write_images
 from .schedule import run_pages
 from .state import relative, state
 from .target_record import (dependent_failures, make_target_record, not_run_record,
-                            read_target_record, target_record_dir, write_target_record)
+                            target_record_dir, write_target_record)
 from .targets import PLATFORM, TARGET_DIRS, VERSION, Target, job_for, probe
 from .verdict import as_on_target
 
@@ -396,7 +396,7 @@ class _TargetDoctestBuilder(_TargetBuilder):
         report = ComparisonReport()
         rows = self.run_all()
         for target, docname, collected, result, why in rows:
-            record = read_target_record(build.config.record_dir, target, docname)
+            record = build.targets.get(target, docname)
             live = self.record_of(target, collected, result, why, rows)
             passed = 0
             failures: list[str] = []

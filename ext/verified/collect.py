@@ -7,7 +7,11 @@ what is collected here is exactly what the directive will see later.
 
 from __future__ import annotations
 
+import ast
+import builtins
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -28,9 +32,10 @@ from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
 from .model import Block, DocJob, DocSettings
 
-# What runs a page: the worker and the rules it captures a block's output by.
+# What runs a page: the worker, the rules it captures a block's output by, and its guard.
 WORKER_SOURCES = tuple(Path(__file__).with_name(name) for name in ("worker.py",
-                                                                    "capture_rules.py"))
+                                                                    "capture_rules.py",
+                                                                    "reap.py"))
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
         blocks.append(_block(len(blocks), line, "\n".join(parsed.body), parsed.options,
                              settings))
     problems.extend(exercise_problems(blocks))
+    problems.extend(raises_problems(blocks))
     for line in _nested_cell_lines(_parser().parse(text), 0):
         problems.append(Problem(line, "code-cell must be at the top level of the page "
                                 "(a cell nested in another directive cannot run)", "nested"))
@@ -188,6 +194,113 @@ def exercise_problems(blocks: list[Block]) -> list[Problem]:
             problems.append(Problem(block.line, "an exercise-solution must run and must not "
                                     "raise (its check decides whether it is right)", "exercise"))
     return sorted(problems, key=lambda problem: problem.line)
+
+
+BUILTIN_EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
+                               if isinstance(value, type) and issubclass(value, BaseException))
+
+
+def raises_problems(blocks: list[Block]) -> list[Problem]:
+    """A misspelt ``:raises:`` name, found before the page runs, without running or
+    importing anything. A plain name: a built-in exception or a class one of the page's
+    blocks defines is known, and a name close to one of those that is neither is a slip; any
+    other plain name (a library's error, such as ``TracerBoolConversionError``, which only
+    the run can tell) is left to the run. A dotted name (``jax.errors.JaxRuntimeError``):
+    the module's source is read, and a name it does not define is a slip; where the source
+    cannot tell (no such module here, compiled, a star import, a module ``__getattr__``),
+    the run decides."""
+    known = set(BUILTIN_EXCEPTIONS)
+    for block in blocks:
+        try:
+            tree = ast.parse(block.source)
+        except SyntaxError:  # IPython syntax (%timeit), or the block's own error to show
+            continue
+        known.update(node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef))
+    problems = []
+    for block in blocks:
+        name = block.raises
+        if not name or name in known:
+            continue
+        module, _, attribute = name.rpartition(".")
+        if module:
+            defined = module_names(module)
+            if defined is None or attribute in defined:
+                continue
+            close = _within_two_edits(attribute, defined)
+            problems.append(Problem(block.line, f":raises: {name}: {module} defines no "
+                                    f"{attribute}" + (f"; did you mean {module}.{close}?"
+                                                      if close else ""), "option"))
+            continue
+        close = _within_two_edits(name, known)
+        if close:
+            problems.append(Problem(block.line, f":raises: {name} is no exception this page "
+                                    f"or Python defines; did you mean {close}?", "option"))
+    return problems
+
+
+def _within_two_edits(name: str, known) -> str | None:
+    """The known name a typo of at most two letters away would be (``TypeEror``), if any:
+    a library's own error is usually further from any built-in (``JaxRuntimeError``)."""
+    def edits(a: str, b: str) -> int:
+        row = list(range(len(b) + 1))
+        for i, letter in enumerate(a, 1):
+            previous, row[0] = row[0], i
+            for j, other in enumerate(b, 1):
+                previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1,
+                                               previous + (letter != other))
+        return row[-1]
+
+    near = sorted((edits(name, candidate), candidate) for candidate in known
+                  if abs(len(candidate) - len(name)) <= 2)
+    return near[0][1] if near and near[0][0] <= 2 else None
+
+
+@functools.lru_cache(maxsize=None)
+def module_names(dotted: str) -> frozenset[str] | None:
+    """The names a module binds at its top level, read from its source without importing
+    it (nor its package); None where its source cannot tell."""
+    parts = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])  # finds; imports nothing
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if len(parts) == 1:
+        path = Path(spec.origin or "")
+    elif spec.submodule_search_locations:
+        base = Path(list(spec.submodule_search_locations)[0], *parts[1:])
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    else:
+        return None
+    if path.suffix != ".py" or not path.is_file():
+        return None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    names: set[str] = set()
+    pending = list(tree.body)
+    while pending:  # the top level, and what an if or a try there binds
+        node = pending.pop()
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            pending.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name == "__getattr__":
+                return None  # names made on demand
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(leaf.id for target in targets for leaf in ast.walk(target)
+                         if isinstance(leaf, ast.Name))
+        elif isinstance(node, ast.ExceptHandler):
+            pending.extend(node.body)
+    return frozenset(names)
 
 
 def _block(index: int, line: int, source: str, options: dict,

@@ -19,6 +19,7 @@ from pathlib import Path
 from .capture_rules import read_stream
 from .hang import SlowNotice
 from .model import DocJob, DocSettings, Environment, Output
+from .reap import end_processes
 
 WORKER = Path(__file__).with_name("worker.py")
 AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
@@ -189,8 +190,7 @@ def wait_unreaped(process: subprocess.Popen, limit: float = EXIT_LIMIT) -> None:
 
 
 def kill(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """Ends the worker's process group, what its page started anywhere below it, then reaps
+    it."""
+    end_processes(group=process.pid)
     process.wait()

@@ -52,3 +52,10 @@ def target_absent(label: str, why: str) -> UserMistake:
     """``make platform`` where JAX sees no such chip."""
     return UserMistake(f"no {label} here: {_JAX_PLATFORMS_HINT.sub('', why)}; run it on a "
                        f"{label} machine with SYSTEM=1")
+
+
+def pages_not_for(builder: str) -> UserMistake:
+    """``PAGES=`` given to a build that shows every page (``make html``): said, not ignored."""
+    return UserMistake(f"PAGES= limits `make doctest`, `make record`, `make portability` and "
+                       f"the target runs; `make {builder}` builds every page and runs only "
+                       f"those whose code changed since their record: run it without PAGES")

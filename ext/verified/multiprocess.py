@@ -48,6 +48,7 @@ from .driver import (
     worker_env,
 )
 from . import stop
+from .reap import end_processes
 from .gate import BlockGate
 from .hang import dump_stack, stuck_at
 from .model import (
@@ -378,10 +379,7 @@ def _wait_all(workers: list[_Worker], grace: float) -> None:
 
 def _end_group(group: int, workers: list[_Worker]) -> None:
     """Ends every process of the page (and what they started), then reaps the workers."""
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    end_processes(group=group)
     for worker in workers:
         if worker.popen.poll() is None:
             try:

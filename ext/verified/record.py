@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,11 +140,49 @@ def write_record(record_dir: Path, record: Record) -> Path:
     return path
 
 
+class UnreadableRecord(ValueError):
+    """A record file that is no record (truncated, a merge conflict's markers in it): where
+    it broke, so that one line can say which file, where, and how to mend it."""
+
+    def __init__(self, path: Path, line: int, reason: str):
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path, self.line, self.reason = Path(path), line, reason
+
+    def advice(self, page: str, rewrite: str) -> str:
+        """The one line: ``rewrite`` says how the record is made again."""
+        return (f"the record cannot be read ({self.reason}), so {page} runs as in a fresh "
+                f"clone; restore it (`git checkout -- {os.path.relpath(self.path)}`) or make "
+                f"it again ({rewrite})")
+
+
+def load_record_json(path: Path) -> dict:
+    """A record file's data, or ``UnreadableRecord`` saying where it broke."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("<<<<<<<"):
+            raise UnreadableRecord(path, number, "a merge conflict's markers")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UnreadableRecord(path, err.lineno, f"{err.msg}: column {err.colno}") from None
+    if not isinstance(data, dict):
+        raise UnreadableRecord(path, 1, "not a JSON object")
+    return data
+
+
 def read_record(record_dir: Path, docname: str) -> Record | None:
+    """The page's record; None where there is none; ``UnreadableRecord`` where it is damaged."""
     path = record_path(record_dir, docname)
     if not path.exists():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = load_record_json(path)
+    try:
+        return _record(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UnreadableRecord(path, 1, f"not a record: {err!r}") from None
+
+
+def _record(data: dict) -> Record:
     return Record(
         docname=data["docname"],
         environment=Environment(**data["environment"]),

@@ -20,6 +20,7 @@ import base64
 import binascii
 import dataclasses
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from sphinx.util import logging
 
 from .collect import job_key
 from .model import BlockResult, DocJob, DocResult, Environment, Output, ProcessResult
-from .record import Record, read_record, source_digest
+from .record import Record, UnreadableRecord, read_record, source_digest
 from .render import describe_environment
 from .targets import TARGET_DIRS
 
@@ -45,6 +46,9 @@ class Replay:
 
     result: DocResult | None
     reason: str = ""
+    # Where the record itself is whole and a file beside it is not: the command that puts
+    # that file back (``git checkout``), so that no run is needed to mend it.
+    restore: str = ""
 
 
 def replay(job: DocJob, record: Record | None, identity: dict, record_dir: Path) -> Replay:
@@ -56,14 +60,17 @@ def replay(job: DocJob, record: Record | None, identity: dict, record_dir: Path)
         return Replay(None, reason)
     blocks = []
     for block, recorded in zip(job.blocks, record.blocks):
+        missing = [path for output in _every_output(recorded)
+                   for path in _missing_images(output, record_dir)]
+        if missing:
+            return Replay(None, f"an image of block {block.index + 1} (line {block.line}) is "
+                                f"not in {IMAGES}/ beside the record",
+                          restore=f"git checkout -- {os.path.relpath(missing[0])}")
         outputs = _restored(recorded.outputs, record_dir)
         others = [ProcessResult(process=other.process, status=other.status,
                                 outputs=_restored(other.outputs, record_dir),
                                 warnings=list(other.warnings))
                   for other in recorded.others]
-        if outputs is None or any(other.outputs is None for other in others):
-            return Replay(None, f"an image of block {block.index + 1} (line {block.line}) is "
-                                f"not in {IMAGES}/ beside the record")
         blocks.append(BlockResult(index=block.index, status=recorded.status, outputs=outputs,
                                   warnings=list(recorded.warnings), others=others))
     return Replay(DocResult(docname=job.docname, key=job.key,
@@ -99,17 +106,24 @@ def recorded_identity(environment: Environment) -> dict:
             "platform": environment.platform or None}
 
 
-def _restored(outputs: list[Output], record_dir: Path) -> list[Output] | None:
-    """The outputs with each image read back from ``images/`` (None if one is missing or
-    does not hash to its digest)."""
+def _missing_images(output: Output, record_dir: Path) -> list[Path]:
+    """The images an output names that are not in ``images/`` as named (missing, or not
+    hashing to their digest)."""
+    return [image_path(record_dir, mime, value.removeprefix(_DIGEST))
+            for mime, value in output.data.items()
+            if mime.startswith("image/") and value.startswith(_DIGEST)
+            and _read_image(record_dir, mime, value.removeprefix(_DIGEST)) is None]
+
+
+def _restored(outputs: list[Output], record_dir: Path) -> list[Output]:
+    """The outputs with each image read back from ``images/`` (all there: ``_missing_images``
+    found none)."""
     restored = []
     for output in outputs:
         data = {}
         for mime, value in output.data.items():
             if mime.startswith("image/") and value.startswith(_DIGEST):
                 value = _read_image(record_dir, mime, value.removeprefix(_DIGEST))
-                if value is None:
-                    return None
             data[mime] = value
         restored.append(dataclasses.replace(output, data=data))
     return restored
@@ -160,7 +174,12 @@ def prune_images(record_dir: Path) -> list[Path]:
     for path in record_dir.rglob("*.json"):
         if path.relative_to(record_dir).parts[0] in (*TARGET_DIRS, IMAGES):
             continue
-        record = read_record(record_dir, path.relative_to(record_dir).with_suffix("").as_posix())
+        docname = path.relative_to(record_dir).with_suffix("").as_posix()
+        try:
+            record = read_record(record_dir, docname)
+        except UnreadableRecord as err:  # the images it names are unknown: keep them all
+            warn_unreadable(err, docname, f"`make record PAGES={docname}`")
+            return []
         for block in record.blocks:
             for output in _every_output(block):
                 named.update(image_path(record_dir, mime, value.removeprefix(_DIGEST))
@@ -180,6 +199,12 @@ def caption(environment: Environment) -> str:
             + (f" on {machine}" if machine else "") + " · varies from run to run")
 
 
+def warn_unreadable(err: UnreadableRecord, docname: str, rewrite: str) -> None:
+    """One located line for a damaged record (its page then runs as in a fresh clone)."""
+    logger.warning(err.advice(docname, rewrite), type="verified", subtype="record",
+                   location=f"{os.path.relpath(err.path)}:{err.line}")
+
+
 def log_replays(replays: dict[str, Replay], executed: set[str]) -> None:
     """Says how many pages their record shows, and names each page out of date with its
     record, with why, and whether this build executed it or showed an earlier run of it
@@ -189,7 +214,15 @@ def log_replays(replays: dict[str, Replay], executed: set[str]) -> None:
         logger.info(f"{len(shown)} page(s) shown from the verified record")
     for run, how in ((True, "so executed"), (False, "shown from the execution cache")):
         stale = sorted((docname, item.reason) for docname, item in replays.items()
-                       if item.reason and (docname in executed) == run)
+                       if item.reason and not item.restore and (docname in executed) == run)
+        restorable = sorted((docname, item.reason, item.restore)
+                            for docname, item in replays.items()
+                            if item.restore and (docname in executed) == run)
+        if restorable:
+            logger.info(f"{len(restorable)} page(s) miss a file beside their record, {how} "
+                        f"(restoring the file from git mends it; no `make record` needed):")
+            for docname, reason, restore in restorable:
+                logger.info(f"  {docname}: {reason}; `{restore}` restores it")
         unrecorded = sorted(docname for docname, item in replays.items()
                             if item.result is None and not item.reason
                             and (docname in executed) == run)

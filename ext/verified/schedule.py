@@ -27,10 +27,10 @@ from . import config as config_module
 from . import stop
 from .execute import run_document
 from .gate import BlockGate, Slots
-from .mistakes import page_mistakes
+from .mistakes import page_mistakes, pages_not_for
 from .record import recorded_duration
 from .replay import log_replays
-from .state import state
+from .state import FRESH_BUILDERS, state
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ def on_env_before_read_docs(app: Sphinx, env: BuildEnvironment, docnames: list[s
         env.verified_stamps = {}
     if getattr(app.builder, "runs_pages_itself", False):
         return  # the target builders run pages under their targets themselves (builders.py)
+    if build.config.pages and app.builder.name not in FRESH_BUILDERS:
+        raise pages_not_for(app.builder.name)
     mistake = page_mistakes(build.config.pages, env.found_docs, Path(app.srcdir).name)
     if mistake:
         raise mistake
@@ -231,10 +233,29 @@ def run_pages(config: config_module.ExecutionConfig, jobs: list, run_one,
         return results + [run(job) for job in exclusive]
 
 
+def stopped_at(job, result) -> str:
+    """How a page the interrupted build ended is said: where it was, not "failed"."""
+    failed = next((block for block in result.blocks if block.failed), None)
+    if failed is None:
+        return "stopped by the interrupt before its first block"
+    line = job.blocks[failed.index].line
+    return (f"stopped by the interrupt in block {failed.index + 1} "
+            f"({os.path.relpath(job.path)}:{line})")
+
+
+def cache_unwritable(err: OSError) -> str:
+    """What an execution cache that cannot be written means, and what to do about it."""
+    return (f"the execution cache cannot be written ({err.strerror or err}: {err.filename}), so "
+            f"the next build runs the pages this one ran again; make the folder writable, remove "
+            f"it (`make clean`) or set verified_cache_dir to a writable folder")
+
+
 def _run_all(app: Sphinx, jobs: list) -> None:
     build = state(app)
     config = build.config
     logger.info(f"executing {len(jobs)} page(s) ({config.jobs} at a time)")
+
+    unstored: list[str] = []  # the pages the cache could not keep (said once, at the first)
 
     def run(job, gate, pinned):
         result = run_document(job.for_platform(None), default_timeout=config.timeout,
@@ -242,9 +263,12 @@ def _run_all(app: Sphinx, jobs: list) -> None:
         try:
             build.cache.store(result)  # now: a build stopped later keeps what this page did
         except OSError as err:  # the cache saves time only: the build goes on without it
-            logger.warning(f"the execution cache could not store this page's result: {err}",
-                           location=(job.docname, 1), type="verified", subtype="cache")
-        status = "failed" if result.failed else "ok"
+            unstored.append(job.docname)
+            if len(unstored) == 1:
+                logger.warning(cache_unwritable(err), location=(job.docname, 1),
+                               type="verified", subtype="cache")
+        status = ("ok" if not result.failed else stopped_at(job, result) if stop.stopping()
+                  else "failed")
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
         return result

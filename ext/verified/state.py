@@ -20,8 +20,8 @@ from .cache import ExecutionCache
 from .collect import Collected, collect, environment_identity, record_identity, with_key
 from .mistakes import UserMistake
 from .model import DocResult
-from .record import Record, normalizer_names, read_record, record_path
-from .replay import Replay, replay
+from .record import Record, UnreadableRecord, normalizer_names, read_record, record_path
+from .replay import Replay, replay, warn_unreadable
 from .verdict import TargetRecords
 
 FRESH_BUILDERS = ("doctest", "record")
@@ -79,8 +79,13 @@ class BuildState:
         return not (self.fresh and self.config.pages) or docname in self.config.pages
 
     def record_for(self, docname: str) -> Record | None:
+        """The page's verified record, read once; None for a damaged one (said once)."""
         if docname not in self.records:
-            self.records[docname] = read_record(self.config.record_dir, docname)
+            try:
+                self.records[docname] = read_record(self.config.record_dir, docname)
+            except UnreadableRecord as err:
+                warn_unreadable(err, docname, f"`make record PAGES={docname}`")
+                self.records[docname] = None
         return self.records[docname]
 
     def collect(self, env, docname: str) -> Collected | None:

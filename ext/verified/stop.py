@@ -5,17 +5,18 @@ Each page's worker leads a session of its own (so that one signal ends it and wh
 started, and so that a Ctrl-C meant for the build does not land in a block half-way). The
 terminal's signals therefore reach only the build: the drivers register each worker's
 process group here, and ``stoppable`` (around the scheduler's run) kills them all when the
-build is interrupted, however the interrupt arrives. A worker whose build dies without
-this (SIGKILL) ends itself (``worker.py``: the parent-death signal and a watch on its
-parent's pid).
+build is interrupted, however the interrupt arrives, with what their pages started in
+sessions of their own (``reap.py``). A build that dies without this (SIGKILL) has each
+worker's guard end its page (``reap.py``).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from contextlib import contextmanager
+
+from .reap import end_processes
 
 
 class Stopped(Exception):
@@ -30,10 +31,7 @@ SIGNALS = tuple(getattr(signal, name) for name in ("SIGHUP", "SIGTERM") if hasat
 
 
 def _kill(group: int) -> None:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    end_processes(group=group)  # and what its pages started in sessions of their own
 
 
 def started(group: int) -> None:
@@ -48,6 +46,11 @@ def started(group: int) -> None:
 def ended(group: int) -> None:
     with _LOCK:
         _GROUPS.discard(group)
+
+
+def stopping() -> bool:
+    """Whether the build is being stopped (a page that ends now was ended by it)."""
+    return _STOPPING.is_set()
 
 
 def check() -> None:

@@ -34,7 +34,7 @@ from .model import (
     Output,
     WarningRecord,
 )
-from .record import BUILTIN_NORMALIZERS, source_digest
+from .record import BUILTIN_NORMALIZERS, UnreadableRecord, load_record_json, source_digest
 from .targets import Target
 
 
@@ -103,10 +103,18 @@ def write_target_record(record_dir: Path, target: Target, record: TargetRecord) 
 
 
 def read_target_record(record_dir: Path, target: Target, docname: str) -> TargetRecord | None:
+    """None where there is none; ``UnreadableRecord`` where it is damaged."""
     path = target_record_path(record_dir, target, docname)
     if not path.exists():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = load_record_json(path)
+    try:
+        return _target_record(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UnreadableRecord(path, 1, f"not a record: {err!r}") from None
+
+
+def _target_record(data: dict) -> TargetRecord:
     return TargetRecord(
         docname=data["docname"],
         target=data.get("target") or data["version"],  # matrix records made before targets

@@ -57,6 +57,13 @@ class Target:
         return self.kind == PLATFORM and self.backend not in ("", "cpu")
 
 
+def rewrite_command(target: Target, docname: str) -> str:
+    """How a page's record on ``target`` is made again, as advice says it."""
+    if target.kind == VERSION:
+        return f"`make matrix PAGES={docname}`"
+    return f"`make platform PLATFORM={target.name} PAGES={docname}` on a {target.label} machine"
+
+
 # The platforms the course knows by name. A TPU machine holds its chip for one program, so
 # its pages run one at a time; jax.distributed needs sockets, which the course's TPU machine
 # does not allow, so multi-process pages are recorded as not run there.

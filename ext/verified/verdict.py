@@ -16,11 +16,12 @@ from docutils import nodes
 
 from .align import align
 from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, Block, DocSettings
-from .record import RecordedBlock, compare, source_digest
+from .record import RecordedBlock, UnreadableRecord, compare, source_digest
 from .render import folded, in_readers_words, output_nodes
+from .replay import warn_unreadable
 from .target_record import (TargetBlock, TargetRecord, read_target_record,
                             target_record_path)
-from .targets import PLATFORM, Target
+from .targets import PLATFORM, Target, rewrite_command
 
 # Verdicts, as captions, the generated pages and the report name them.
 SAME = "same"
@@ -156,7 +157,11 @@ class TargetRecords:
     def get(self, target: Target, docname: str) -> TargetRecord | None:
         key = (target.dirname, docname)
         if key not in self._read:
-            self._read[key] = read_target_record(self.config.record_dir, target, docname)
+            try:
+                self._read[key] = read_target_record(self.config.record_dir, target, docname)
+            except UnreadableRecord as err:  # said once; the page's verdicts there: none
+                warn_unreadable(err, docname, rewrite_command(target, docname))
+                self._read[key] = None
         return self._read[key]
 
     def stamp(self, docname: str) -> tuple:

@@ -32,14 +32,19 @@ from typing import Any
 
 if __package__:  # imported by the engine, as verified.worker
     from . import capture_rules as _rules
-else:  # run as a script: the file beside this one, loaded unregistered, so that a snippet's
+    from . import reap as _reap
+else:  # run as a script: the files beside this one, loaded unregistered, so that a snippet's
     # imports find only what the reader's interpreter has
     import importlib.util
 
-    _spec = importlib.util.spec_from_file_location(
-        "verified_capture_rules", os.path.join(os.path.dirname(__file__), "capture_rules.py"))
-    _rules = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_rules)
+    def _beside(name: str):
+        spec = importlib.util.spec_from_file_location(
+            f"verified_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    _rules, _reap = _beside("capture_rules"), _beside("reap")
 without_colour, block_stderr, read_stream = (_rules.without_colour, _rules.block_stderr,
                                              _rules.read_stream)
 is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
@@ -404,12 +409,24 @@ def pin_to_cores() -> None:
         os.sched_setaffinity(0, {int(core) for core in cores.split(",")})
 
 
+def _end_what_the_page_started(worker: int) -> None:
+    if os.getpid() == worker:  # not in a child the page forked, which inherits the handler
+        _reap.end_processes(below=worker)
+
+
 def end_with_parent(parent: int) -> None:
-    """Ends this interpreter when the build that started it ends, however it ends (killed,
-    say), so that no page keeps a core busy for later builds: on Linux the kernel kills it at
-    once (the parent-death signal); a thread watching the parent's pid is the fallback, and
-    ends the page's process group (it and what it started)."""
+    """Ends this interpreter and everything the page started when the build that started it
+    ends, however it ends (killed, say), so that no page keeps a core busy for later builds:
+    on Linux the guard (``reap.py``) does it; elsewhere, or where the guard cannot start, a
+    thread watching the parent's pid ends the page's process group (it and what it started)
+    after the parent-death signal has ended this interpreter where there is one. With the
+    guard, what the page started and left running also ends when the page exits normally,
+    even in a session of its own."""
     if not parent:
+        return
+    if _reap.guard(parent):
+        # Registered first, so run last: after the page's exit handlers, and JAX's.
+        atexit.register(_end_what_the_page_started, os.getpid())
         return
     if sys.platform.startswith("linux"):
         try:
