@@ -169,7 +169,15 @@ def test_edits_after_the_platform_run(platform_site):
                                "Stand-in run",
                                *["not yet verified on Stand-in: an earlier block changed since "
                                  "the Stand-in run"] * 3]
-    assert "runs on Stand-in only, and is not yet verified there" in page
+    # The platform-only block has not run after the edit above it: what it printed in the
+    # platform's last run is shown, and the value it glued, each marked alike as from that
+    # run and not yet re-verified.
+    date = _record(copy, "index")["environment"]["date"]
+    mark = f"from the Stand-in run of {date}, not yet re-verified there after an edit"
+    assert f'<p class="cell-caption">runs on Stand-in only: output {mark}</p>' \
+        in page
+    assert "ran where the platform is" in page
+    assert f"The stand-in measured 42.5 ({mark})." in unescape(re.sub(r"<[^>]+>", "", page))
     # A page that does not run there is known not to from what it is, edited or not.
     assert _captions(copy.build("html").html("multi")) == [
         "not run on Stand-in: the stand-in runs no page of several processes"]
@@ -181,9 +189,15 @@ def test_edits_after_the_platform_run(platform_site):
     text = unescape(re.sub(r"<[^>]+>", "", platforms.html("platforms")))
     assert ("An operation the stand-in lacks (no block verified on Stand-in shows it now: it "
             "has not run the current code of Platform)") in text
-    # The value the platform-only block glues waits for a run there: an error on every build
-    # until then (the page is read again each time), which says so.
-    assert platforms.warning_lines() == [
+    # A contributor without the platform builds clean under -W.
+    assert platforms.warning_lines() == []
+    # The platform-only block itself edited: nothing it printed is known, and the value it
+    # glues waits for a run there: an error on every build until then, which says so.
+    copy.edit("index.md", 'print("ran where the platform is")',
+              'print("ran where the platform is", 1)')
+    edited = copy.build("html")
+    assert "runs on Stand-in only, and is not yet verified there" in edited.html()
+    assert edited.warning_lines() == [
         "index.md:42: ERROR: glue 'platform_speed': no value yet: the block that glues it "
         "(line 34) runs on Stand-in only and is not yet verified there (it or a block above it "
         "changed since that run) [verified.glue]"]
@@ -385,3 +399,48 @@ def test_a_second_platform_joins_with_configuration_only(site):
         "stand-in-2", "Stand-in 2", {"VERIFIED_TEST_PLATFORM": "2"})
     assert [second["blocks"][str(i)]["status"] for i in range(7)] == [
         "ran", "ran", "ran", "ran", "ran", "skipped", "ran"]  # the first's own block: skipped
+
+
+def test_each_page_s_outcome_is_worked_out_once_per_build(platform_site, monkeypatch):
+    """The page's injection, the Platforms page and the Errors page read one outcome per
+    page: it is worked out once per page per build, not once per reader."""
+    import verified.outcome
+
+    copy, _, _ = platform_site
+    counted: dict[str, int] = {}
+    compute = verified.outcome.compute_outcome
+
+    def counting(build, docname, *args):
+        counted[docname] = counted.get(docname, 0) + 1
+        return compute(build, docname, *args)
+
+    monkeypatch.setattr(verified.outcome, "compute_outcome", counting)
+    build = copy.build("html", fresh=True)
+    assert build.app.statuscode == 0
+    assert counted == {"index": 1, "multi": 1}
+
+
+def test_a_block_inserted_above_an_erroring_block_leaves_its_error_with_it(tmp_path):
+    """The Errors page and the notebook's check pair a block with its record by source, as
+    the page does: a block inserted above the one that raises moves it down, and both still
+    name and compare that block (by position, the record's error would be the new block's)."""
+    from conftest import target_site
+    from course.notebook_check import check_data
+    from verified.collect import collect
+    from verified.record import read_record
+
+    copy, _, _ = target_site(tmp_path / "site", "errors", "platform")
+    copy.edit("index.md", "## Dividing\n", "## Dividing\n\n```{code-cell} python\n"
+              "print('inserted')\n```\n")
+    html = copy.build("html")
+    assert html.warning_lines() == []
+    page = html.html("errors")
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    # The platform has not run the page since: only the CPU's record verifies the block.
+    assert "1 exceptions of 1 types: ZeroDivisionError" in text
+    assert "division by zero — index, line 13 (§ Dividing); on CPU" in text
+    assert 'href="index.html#block-line-13"' in page
+    blocks = collect("index", copy.path / "index.md").job.blocks
+    cpu = check_data(blocks, read_record(copy.path / "record", "index"), [], {})["records"][0]
+    assert blocks[1].line == 13 and cpu["blocks"]["1"]["status"] == "expected-error"
+    assert "0" not in cpu["blocks"]  # the inserted block has no record

@@ -17,6 +17,7 @@ from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 
 from .model import EXPECTED_ERROR, FAILED, Block
+from .outcome import page_outcome
 from .selfcheck import exception_only
 from .state import state
 from .verdict import block_label
@@ -65,12 +66,10 @@ def raised_everywhere(build, env) -> list[Raised]:
     """Every (block, exception line) of every current record, with where it is raised."""
     found: dict[tuple, Raised] = {}
     for docname in sorted(env.found_docs):
-        collected = build.collect(env, docname)
-        if collected is None or not collected.job.blocks:
+        outcome = page_outcome(build, env, docname)
+        if outcome is None:
             continue
-        blocks = collected.job.blocks
         titles = section_titles(Path(env.doc2path(docname)))
-        record = build.record_for(docname)
 
         def note(block: Block, text: str, where: str) -> None:
             ename, message = exception_line(text)
@@ -82,15 +81,14 @@ def raised_everywhere(build, env) -> list[Raised]:
             if where not in entry.where:
                 entry.where.append(where)
 
-        for block in blocks:
-            recorded = record.block_for(block, blocks) if record else None
+        for block in outcome.blocks:
+            recorded = outcome.main[block.index]
             if recorded is not None and recorded.status in (EXPECTED_ERROR, FAILED):
                 for output in recorded.outputs:
                     if output.kind == "error":
                         note(block, output.text, "CPU")
-            for target in build.targets.targets:
-                target_record = build.targets.get(target, docname)
-                there = target_record.verified_for(block, blocks) if target_record else None
+            for target, _ in outcome.targets:
+                there = outcome.there[target.name][block.index]
                 if there is None:
                     continue
                 if there.status == FAILED and there.error:

@@ -19,6 +19,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from .model import Block
+from .outcome import page_outcome
 from .state import state
 from .targets import Target
 from .verdict_chart import data_uri, describe, stacked_bars
@@ -45,18 +46,12 @@ class PageVerdicts:
 
 def verdicts_of_page(build, env, docname: str, targets: tuple[Target, ...]
                      ) -> PageVerdicts | None:
-    """Each block's verdict on each target, from the records (None: a page without blocks)."""
-    found = build.collect(env, docname)
-    if found is None or not found.job.blocks:
+    """Each block's verdict on each target, from the page's outcome (None: a page without
+    blocks)."""
+    outcome = page_outcome(build, env, docname)
+    if outcome is None:
         return None
-    record = build.record_for(docname)
-    verdicts: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
-    for block in found.job.blocks:
-        main = record.block_for(block, found.job.blocks) if record else None
-        for item in build.targets.verdicts(docname, block, found.job.blocks, main,
-                                           found.job.settings, targets):
-            verdicts[item.target.name].append((block, item))
-    return PageVerdicts(docname, found.job.blocks, verdicts)
+    return PageVerdicts(docname, outcome.blocks, outcome.on(targets))
 
 
 def page_verdicts(build, env, targets: tuple[Target, ...]) -> list[PageVerdicts]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from docutils import nodes
 
 from .align import align
-from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, Block, DocSettings
+from .model import (FAILED, FAILED_BECAUSE, NOT_RUN, NOT_RUN_THERE, SKIPPED, Block,
+                     DocSettings)
 from .record import RecordedBlock, compare, source_digest
 from .render import folded, output_nodes
 from .target_record import (TargetBlock, TargetRecord, read_target_record,
@@ -192,6 +193,31 @@ class TargetRecords:
         record = self.get(target, docname) if target else None
         recorded = record.verified_for(block, blocks) if record else None
         return (target, record, recorded) if recorded is not None else None
+
+    def last_run_there(self, docname: str, block: Block, blocks: tuple[Block, ...]
+                       ) -> tuple[Target, TargetRecord, TargetBlock] | None:
+        """For a block that runs on one platform alone and is not verified there now: the
+        entry of its unchanged source in that platform's last run (paired by source, as the
+        main record pairs blocks), when it ran there. What it printed then is all there is
+        until the platform runs the page again; it is shown as that, never as current."""
+        target = next((t for t in self.config.platforms if t.name == block.platform), None)
+        record = self.get(target, docname) if target else None
+        if record is None or record.reason:
+            return None
+        pairs = align([source_digest(b.source) for b in blocks],
+                      [recorded.source_sha256 for recorded in record.blocks])
+        if block.index not in pairs:
+            return None  # the block itself changed: nothing it printed is known
+        recorded = record.blocks[pairs[block.index]]
+        if recorded.status in (SKIPPED, NOT_RUN, NOT_RUN_THERE, FAILED_BECAUSE):
+            return None
+        return target, record, recorded
+
+
+def stale_mark(label: str, date: str) -> str:
+    """How an output of a platform's earlier run reads where it is shown before that platform
+    has run the page's current code (the block's caption and each value glued from it)."""
+    return f"from the {label} run of {date}, not yet re-verified there after an edit"
 
 
 def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
