@@ -177,3 +177,37 @@ def test_notebook_metadata_is_not_part_of_the_key(tmp_path):
     assert found.problems == []
     page.write_text("# P\n\n```{code-cell} ipython3\nprint(1)\n```\n")
     assert with_key(collect("page", page).job, {}).key == with_key(found.job, {}).key
+
+
+def test_collect_notes_each_block_s_section_and_first_code_line(tmp_path):
+    """Where each block is in the text comes from the one reading of the page: the Errors
+    page names its section and a syntax error is located from its first line of code."""
+    page = tmp_path / "page.md"
+    page.write_text(dedent("""\
+        Above any heading.
+
+        ```{code-cell} python
+        a = 1
+        ```
+
+        ## Shapes of `x`
+
+        ```{code-cell} python
+        :tags: [raises-exception]
+
+
+        b = (
+        ```
+
+        ```text
+        # not a heading: inside a fence
+        ```
+
+        ```{code-cell} python
+        c = 3
+        ```
+        """))
+    found = collect("page", page)
+    assert [block.line for block in found.job.blocks] == [3, 9, 20]
+    assert found.sections == ("", "Shapes of x", "Shapes of x")
+    assert found.code_lines == (4, 13, 21)

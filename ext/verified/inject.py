@@ -61,8 +61,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         block_result = result.blocks[block.index]
         if block_result.failed:
             where = f" on {block.platform}" if block.platform else ""
-            logger.error(failure_report(block, block_result, where),
-                         location=(docname, failure_line(block, block_result, found.job.path)),
+            line = failure_line(block, block_result, found.code_lines[block.index])
+            logger.error(failure_report(block, block_result, where), location=(docname, line),
                          type="verified", subtype="block-failed")
         verification = outcome.verifications[block.index]
         prompt = next(iter(node.findall(nodes.paragraph)), None)
