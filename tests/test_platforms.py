@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from verified.mistakes import UserMistake
 
-from conftest import html_table
+from conftest import html_tables
 from verified.model import Block, DocSettings, Environment, Output
 from verified.record import RecordedBlock, source_digest
 from verified.target_record import TargetBlock, TargetRecord
@@ -122,17 +122,20 @@ def test_doctest_counts_platform_only_blocks_apart(platform_site):
 def test_platforms_page_counts_agree_with_the_records(platform_site):
     copy, _, html = platform_site
     page = html.html("platforms")
-    rows = html_table(page)
-    assert rows.pop("Chapter") == ["blocks"] + [f"Stand-in: {title}" for title in (
-        "same", "differs", "varies", "fails", "needs more devices",
-        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
+    ((caption, rows),) = html_tables(page)
+    assert caption == "On Stand-in"  # no block is skipped there: no such column
+    # A column per verdict some block has there (none needs more devices or awaits a run).
+    assert rows.pop("Chapter") == ["blocks", "same", "differs", "varies", "fails",
+                                   "fails after an earlier block", "not run there",
+                                   "runs there only"]
     statuses = [b["status"] for b in _record(copy, "index")["blocks"]]
     # same, differs, varies come from comparing the "ran" blocks with the main record.
-    assert rows["Platform"] == ["7", "2", "1", "1", str(statuses.count("failed")), "0",
-                                str(statuses.count("failed-because")), "0", "1", "0"]
-    assert rows["Several processes"][0] == "1"
-    assert rows["Several processes"][7] == str(
-        [b["status"] for b in _record(copy, "multi")["blocks"]].count("not-run-there"))
+    assert rows["Platform"] == ["7", "2", "1", "1", str(statuses.count("failed")),
+                                str(statuses.count("failed-because")), "0", "1"]
+    assert rows["Several processes"] == ["1", "0", "0", "0", "0", "0", str(
+        [b["status"] for b in _record(copy, "multi")["blocks"]].count("not-run-there")), "0"]
+    for cells in rows.values():  # every block has one verdict there
+        assert int(cells[0]) == sum(int(cell) for cell in cells[1:])
     text = unescape(re.sub(r"<[^>]+>", "", page))
     assert "The stand-in prints its own name (1 block; taught in Platform)" in text
     assert "An operation the stand-in lacks (1 block; taught in Platform)" in text
@@ -182,8 +185,8 @@ def test_edits_after_the_platform_run(platform_site):
     assert _captions(copy.build("html").html("multi")) == [
         "not run on Stand-in: the stand-in runs no page of several processes"]
     platforms = copy.build("html")
-    rows = html_table(platforms.html("platforms"))
-    assert rows["Platform"][9] == "5"
+    ((_, rows),) = html_tables(platforms.html("platforms"))
+    assert dict(zip(rows["Chapter"], rows["Platform"]))["not yet verified"] == "5"
     # The operation the stand-in lacks is in a block that now awaits a run there: its cause
     # says so, and is no warning.
     text = unescape(re.sub(r"<[^>]+>", "", platforms.html("platforms")))
@@ -382,11 +385,14 @@ def test_a_second_platform_joins_with_configuration_only(site):
         "runs on Stand-in 2 (output varies, not compared)"]
     assert [c for c in captions if "Stand-in 2" not in c][:2] == [
         "also verified on Stand-in (same output)", "on Stand-in the output differs"]
-    rows = html_table(html.html("platforms"))
-    assert rows["Chapter"][10:] == [f"Stand-in 2: {title}" for title in (
-        "same", "differs", "varies", "fails", "needs more devices",
-        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
-    assert rows["Platform"][10:] == ["5", "0", "1", "0", "0", "0", "0", "0", "0"]
+    (first, _), (caption, rows) = html_tables(html.html("platforms"))
+    assert first == "On Stand-in"
+    # The first platform's own block never runs on the second: skipped there, and counted.
+    assert caption == ("On Stand-in 2 (skipped: blocks that never run there: skip-execution, "
+                       "or run on another platform alone)")
+    assert rows["Chapter"] == ["blocks", "same", "varies", "not run there", "skipped"]
+    assert rows["Platform"] == ["7", "5", "1", "0", "1"]
+    assert rows["Several processes"] == ["1", "0", "0", "1", "0"]
     # The notebook carries its record, and knows it by its settings.
     platforms = parse_platforms(both["verified_platforms"], copy.path)
     blocks = collect("index", copy.path / "index.md", platforms=frozenset(
@@ -444,3 +450,72 @@ def test_a_block_inserted_above_an_erroring_block_leaves_its_error_with_it(tmp_p
     cpu = check_data(blocks, read_record(copy.path / "record", "index"), [], {})["records"][0]
     assert blocks[1].line == 13 and cpu["blocks"]["1"]["status"] == "expected-error"
     assert "0" not in cpu["blocks"]  # the inserted block has no record
+
+
+def _read(build) -> list[str]:
+    """The pages a build read."""
+    return re.findall(r"reading sources\.\.\. \[ *\d+%\] (\S+)", build.status)
+
+
+def test_the_generated_pages_are_read_again_only_when_what_they_show_changed(site):
+    """The Platforms page reads every page's records: a build with nothing changed does not
+    read it (nor draw its picture) again; a changed record does; and a warning it gives is
+    given by every build until it is mended."""
+    copy = site("platform")
+    copy.build("record", fresh=True)
+    copy.build("platform", fresh=True)
+    first = copy.build("html")
+    assert first.warning_lines() == [] and "platforms" in _read(first)
+    assert _read(copy.build("html")) == []
+    record = copy.path / PLATFORM_DIR / "index.json"
+    record.write_text(record.read_text().replace('"platform output', '"platform output!'))
+    assert _read(copy.build("html")) == ["index", "platforms"]
+    copy.edit("platforms.md", "processes:\n", "gone:\n  title: A cause the platform no longer "
+              "shows\n  model: Nothing.\n  chapter: index\n  errors: [\"OSError: gone\"]\n"
+              "processes:\n")
+    warning = ["platforms.md:3: WARNING: platforms-matrix: cause 'gone' explains no block (the "
+               "platform no longer shows it) [verified.platforms]"]
+    assert copy.build("html").warning_lines() == warning
+    assert copy.build("html").warning_lines() == warning
+
+
+def test_a_platform_with_no_record_yet_takes_no_other_platform_s_text(site):
+    """A platform added to the configuration that has not run the course gets one line
+    saying so on the Platforms page: no picture, no cause of another platform's. A cause
+    awaiting a platform's next run is listed only under the platform whose record showed it."""
+    import runpy
+
+    from conftest import ROOTS
+
+    first = runpy.run_path(str(ROOTS / "test-platform" / "conf.py"))["verified_platforms"]
+    both = {"verified_platforms": [*first, {
+        "name": "stand-in-2", "label": "Stand-in 2", "backend": "cpu",
+        "env": {"VERIFIED_TEST_PLATFORM": "2"}}]}
+    copy = site("platform")
+    copy.build("record", fresh=True, confoverrides=both)
+    copy.build("platform", fresh=True,
+               confoverrides={**both, "verified_platform_run": "stand-in"})
+    html = copy.build("html", fresh=True, confoverrides=both)
+    assert html.warning_lines() == []
+    page = html.html("platforms")
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    assert text.count("Stand-in 2 has no record yet: no page has run there (make platform "
+                      "PLATFORM=stand-in-2 on a machine that has it), so nothing here speaks "
+                      "for it.") == 1
+    assert "Why blocks differ on Stand-in 2" not in text
+    assert page.count('class="platforms-chart"') == 1  # Stand-in's alone
+    assert text.count("An operation the stand-in lacks (1 block") == 1
+    # Both platforms' records now, then an edit above the failing block: its cause awaits
+    # Stand-in's next run, and is not Stand-in 2's, which never showed it.
+    copy.build("platform", fresh=True,
+               confoverrides={**both, "verified_platform_run": "stand-in-2"})
+    copy.edit("index.md", "print(1.0001 if THERE else 1.0)", "print(1.0002 if THERE else 1.0)")
+    copy.build("record", fresh=True, confoverrides=both)
+    edited = copy.build("html", confoverrides=both)
+    assert edited.warning_lines() == []
+    text = unescape(re.sub(r"<[^>]+>", "", edited.html("platforms")))
+    differ = text.split("Why blocks differ on Stand-in 2")
+    assert len(differ) == 2
+    assert "An operation the stand-in lacks (no block verified on Stand-in shows it now" \
+        in differ[0]
+    assert "An operation the stand-in lacks" not in differ[1]

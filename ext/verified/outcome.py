@@ -37,6 +37,9 @@ class PageOutcome:
     # For each target's name, each block's entry there if that run verifies it now.
     there: Mapping[str, tuple[TargetBlock | None, ...]]
     verdicts: tuple[tuple[Verdict, ...], ...]  # each block's verdict on every target
+    # ... and on every platform in that platform's last run, verified now or not (what a
+    # platform showed stays its own while it awaits a run of the current code).
+    last_run: tuple[tuple[Verdict, ...], ...]
     # This build's result (None: the page did not run), each block that runs on a platform
     # alone taken from that platform's record, and how each block stands against the record.
     result: DocResult | None
@@ -45,11 +48,13 @@ class PageOutcome:
     stale: Mapping[str, str]  # glued name -> mark: a value from a platform's earlier run
     awaited: Mapping[str, str]  # glued name -> why it has no value yet
 
-    def on(self, targets: tuple[Target, ...]) -> dict[str, list[tuple[Block, Verdict]]]:
-        """Each block's verdict on each of ``targets``, by target name."""
+    def on(self, targets: tuple[Target, ...], last_run: bool = False
+           ) -> dict[str, list[tuple[Block, Verdict]]]:
+        """Each block's verdict on each of ``targets``, by target name (``last_run``: in
+        each platform's last run)."""
         names = {target.name for target in targets}
         found: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
-        for block, verdicts in zip(self.blocks, self.verdicts):
+        for block, verdicts in zip(self.blocks, self.last_run if last_run else self.verdicts):
             for item in verdicts:
                 if item.target.name in names:
                     found[item.target.name].append((block, item))
@@ -83,6 +88,9 @@ def compute_outcome(build: BuildState, docname: str, blocks: tuple[Block, ...],
              for target, record_there in targets}
     verdicts = tuple(tuple(build.targets.verdicts(docname, block, blocks, recorded, settings))
                      for block, recorded in zip(blocks, main))
+    last_run = tuple(tuple(build.targets.verdicts(docname, block, blocks, recorded, settings,
+                                                  build.config.platforms, last_run=True))
+                     for block, recorded in zip(blocks, main))
     result = result_of(build, docname)
     verifications: dict[int, Verification] = {}
     stale: dict[str, str] = {}
@@ -96,7 +104,7 @@ def compute_outcome(build: BuildState, docname: str, blocks: tuple[Block, ...],
     else:
         elsewhere = frozenset()
     return PageOutcome(docname, blocks, settings, record, main, targets,
-                       MappingProxyType(there), verdicts, result,
+                       MappingProxyType(there), verdicts, last_run, result,
                        MappingProxyType(verifications), elsewhere, MappingProxyType(stale),
                        MappingProxyType(_awaited_glue(build, docname, blocks, stale)))
 
