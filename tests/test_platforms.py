@@ -181,6 +181,13 @@ def test_edits_after_the_platform_run(platform_site):
         in page
     assert "ran where the platform is" in page
     assert f"The stand-in measured 42.5 ({mark})." in unescape(re.sub(r"<[^>]+>", "", page))
+    # The notebook's cell cannot carry the mark: it shows no output from that run.
+    from course.downloads import with_platform_outputs
+    from verified.inject import result_for
+
+    shown = copy.build("html")
+    assert with_platform_outputs(shown.app, "index", result_for(shown.app, "index")
+                                 ).blocks[5].outputs == []
     # A page that does not run there is known not to from what it is, edited or not.
     assert _captions(copy.build("html").html("multi")) == [
         "not run on Stand-in: the stand-in runs no page of several processes"]

@@ -8,6 +8,7 @@ make it check itself where the reader runs it (``notebook_check.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from dataclasses import dataclass
@@ -188,7 +189,7 @@ def text_context_of(app: Sphinx, docname: str, result: DocResult | None) -> Text
     outcome = page_outcome(state(app), env, docname)
     return TextContext(
         docname=docname,
-        glued=glued_values(result) if result else {},
+        glued=outcome.glued if outcome else glued_values(result) if result else {},
         marks=dict(outcome.stale) if outcome else {},
         readings={key: Reading(page.title, page.level, page.url)
                   for key, page in registry(app).pages.items()},
@@ -199,11 +200,15 @@ def text_context_of(app: Sphinx, docname: str, result: DocResult | None) -> Text
 def with_platform_outputs(app: Sphinx, docname: str, result: DocResult | None
                           ) -> DocResult | None:
     """The page's result with each platform-only block's output taken from that platform's
-    record, as the page shows it (the main run does not run such a block)."""
+    record, as the page shows it (the main run does not run such a block). Where the page
+    shows a platform's earlier run, marked as not re-verified, the notebook's cell could not
+    say so: it keeps the main run's (no output), and its prose the marked values."""
     outcome = page_outcome(state(app), app.env, docname)
     if result is None or outcome is None:
         return result
-    return outcome.result
+    return dataclasses.replace(outcome.result, blocks=[
+        result.blocks[index] if index in outcome.stale_blocks else shown
+        for index, shown in enumerate(outcome.result.blocks)])
 
 
 def on_build_finished(app: Sphinx, exception) -> None:

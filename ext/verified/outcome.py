@@ -46,6 +46,7 @@ class PageOutcome:
     verifications: Mapping[int, Verification]
     elsewhere: frozenset[int]  # blocks captioned for the platform they ran on
     stale: Mapping[str, str]  # glued name -> mark: a value from a platform's earlier run
+    stale_blocks: frozenset[int]  # blocks shown from such a run (their caption says so)
     awaited: Mapping[str, str]  # glued name -> why it has no value yet
 
     def on(self, targets: tuple[Target, ...], last_run: bool = False
@@ -94,8 +95,10 @@ def compute_outcome(build: BuildState, docname: str, blocks: tuple[Block, ...],
     result = result_of(build, docname)
     verifications: dict[int, Verification] = {}
     stale: dict[str, str] = {}
+    stale_blocks: set[int] = set()
     if result is not None:
-        result, verifications, stale = with_platform_blocks(build, docname, blocks, result)
+        result, verifications, stale, stale_blocks = with_platform_blocks(build, docname, blocks,
+                                                                          result)
         elsewhere = frozenset(verifications)
         for block in blocks:
             if block.index not in verifications:
@@ -106,6 +109,7 @@ def compute_outcome(build: BuildState, docname: str, blocks: tuple[Block, ...],
     return PageOutcome(docname, blocks, settings, record, main, targets,
                        MappingProxyType(there), verdicts, last_run, result,
                        MappingProxyType(verifications), elsewhere, MappingProxyType(stale),
+                       frozenset(stale_blocks),
                        MappingProxyType(_awaited_glue(build, docname, blocks, stale)))
 
 
@@ -140,10 +144,11 @@ def _awaited_glue(build: BuildState, docname: str, blocks: tuple[Block, ...],
 
 
 def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
-                         ) -> tuple[DocResult, dict[int, Verification], dict[str, str]]:
+                         ) -> tuple[DocResult, dict[int, Verification], dict[str, str], set[int]]:
     """The page's result with each block that runs on a platform alone taken from that
     platform's record, how to caption it (the page and its notebook show the same outputs),
-    and the mark of each value glued from a run that no longer verifies the block.
+    the mark of each value glued from a run that no longer verifies the block, and which
+    blocks are shown from such a run.
 
     The record verifies the block when it holds the page's current code up to the block.
     After an edit above it, the block's output from that run is still the last the platform
@@ -153,6 +158,7 @@ def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocRes
     taken: dict[int, BlockResult] = {}
     captions: dict[int, Verification] = {}
     stale: dict[str, str] = {}
+    stale_blocks: set[int] = set()
     for block in blocks:
         if not block.platform:
             continue
@@ -180,13 +186,14 @@ def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocRes
         captions[block.index] = Verification(compare(block, taken[block.index], None, {}),
                                              None, environment, caption=text)
         if mark:
+            stale_blocks.add(block.index)
             for output in recorded.outputs:
                 if output.kind == "glue":
                     stale[output.name] = mark
     if not taken:
-        return result, captions, stale
+        return result, captions, stale, stale_blocks
     merged = [taken.get(block_result.index, block_result) for block_result in result.blocks]
-    return dataclasses.replace(result, blocks=merged), captions, stale
+    return dataclasses.replace(result, blocks=merged), captions, stale, stale_blocks
 
 
 def _verify(build: BuildState, docname: str, block: Block, recorded: RecordedBlock | None,
