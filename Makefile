@@ -25,17 +25,23 @@ MATRIX_VENVS    := $(foreach v,$(MATRIX_VERSIONS),.venv-jax-$(v)/.installed)
 # it is (a TPU VM's JAX with libtpu) instead of .venv, whose CPU jaxlib sees no accelerator.
 # `make platform PLATFORM=name` runs that verified platform only (the one this machine has).
 RUN_PLATFORM := $(if $(PLATFORM),-D verified_platform_run=$(PLATFORM))
+SYSTEM_PYTHON ?= python3
 ifeq ($(SYSTEM),1)
-PLATFORM_SETUP :=
-PLATFORM_SPHINX := python3 -m sphinx -c . $(SPHINXOPTS)
+PLATFORM_SETUP := system-python
+PLATFORM_SPHINX := $(SYSTEM_PYTHON) -m sphinx -c . $(SPHINXOPTS)
 else
 PLATFORM_SETUP := venv
 PLATFORM_SPHINX := $(SPHINX)
 endif
 
-.PHONY: html doctest record portability matrix matrix-doctest platform platform-doctest test bench bench-exclusivity serve clean venv
+.PHONY: html doctest record portability matrix matrix-doctest platform platform-doctest test bench bench-exclusivity serve clean venv system-python
 
 venv: $(VENV)/.installed
+
+# `SYSTEM=1`: the machine's own Python must hold the pinned requirements; else say which
+# are missing, before Sphinx is asked for.
+system-python:
+	@$(SYSTEM_PYTHON) ext/verified/system_python.py requirements.txt
 
 $(VENV)/.installed: requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -90,6 +90,19 @@ def html_table(page: str) -> dict[str, list[str]]:
     return rows
 
 
+def html_tables(page: str) -> list[tuple[str, dict[str, list[str]]]]:
+    """Each table of a generated page: its caption, and its rows as ``html_table`` gives them."""
+    from html import unescape
+
+    def text(caption: str) -> str:  # without its permalink
+        caption = re.sub(r'<a class="headerlink".*?</a>', "", caption, flags=re.S)
+        return unescape(re.sub(r"<[^>]+>", "", caption)).strip()
+
+    return [(text(caption), html_table(body))
+            for caption, body in re.findall(r"<table[^>]*>\s*<caption>(.*?)</caption>(.*?)</table>",
+                                            page, re.S)]
+
+
 def target_site(folder: Path, root: str, builder: str) -> tuple[Site, Build, Build]:
     """A copy of a test root with its main record and one target's record made (``builder``:
     ``matrix`` or ``platform``), then built as HTML: (site, the target run, the HTML build)."""

@@ -241,3 +241,37 @@ def test_a_misspelt_raises_name_is_found_before_the_page_runs():
         (30, ":raises: json.JSONDecodeEror: json defines no JSONDecodeEror; did you mean "
              "json.JSONDecodeError?", "option"),
     ]
+
+
+def test_collect_notes_each_block_s_section_and_first_code_line(tmp_path):
+    """Where each block is in the text comes from the one reading of the page: the Errors
+    page names its section and a syntax error is located from its first line of code."""
+    page = tmp_path / "page.md"
+    page.write_text(dedent("""\
+        Above any heading.
+
+        ```{code-cell} python
+        a = 1
+        ```
+
+        ## Shapes of `x`
+
+        ```{code-cell} python
+        :tags: [raises-exception]
+
+
+        b = (
+        ```
+
+        ```text
+        # not a heading: inside a fence
+        ```
+
+        ```{code-cell} python
+        c = 3
+        ```
+        """))
+    found = collect("page", page)
+    assert [block.line for block in found.job.blocks] == [3, 9, 20]
+    assert found.sections == ("", "Shapes of x", "Shapes of x")
+    assert found.code_lines == (4, 13, 21)

@@ -199,7 +199,7 @@ def test_what_a_page_leaves_running_ends_with_it(tmp_path):
 def test_an_indentation_error_in_other_text_is_at_the_block(tmp_path):
     """An IndentationError a block raises on text it tokenizes names a line of that text:
     the error is located at the block's fence, not at a line of the page below it."""
-    from verified.locate import failure_line
+    from verified.locate import body_line, failure_line
 
     source = ("import io, tokenize\n"
               "list(tokenize.generate_tokens(io.StringIO('if x:\\n        a\\n    b\\n').readline))")
@@ -207,7 +207,8 @@ def test_an_indentation_error_in_other_text_is_at_the_block(tmp_path):
     assert block.error.ename == "IndentationError" and "(<tokenize>, line 3)" in block.error.evalue
     page = tmp_path / "page.md"
     page.write_text("\n" * 9 + "```{code-cell} python\n" + source + "\n```\n\nprose\n")
-    assert failure_line(Block(0, 10, source), block, str(page)) == 10
+    cell = Block(0, 10, source)
+    assert failure_line(cell, block, body_line(cell, page.read_text())) == 10
 
 
 HOST_ADVISORY_WARNING = (

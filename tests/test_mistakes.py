@@ -83,3 +83,28 @@ def test_the_command_line_shows_one_line_and_fails(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "no page 'source/part1/02-tracing.md'; did you mean part1/02-tracing?"]
     assert "sphinx-doc/sphinx" not in done.stdout + done.stderr
+
+
+def test_make_platform_system_names_what_its_python_lacks(tmp_path):
+    """`make platform SYSTEM=1` with a Python that lacks the pinned requirements says which
+    (the top-level ones first) and how to install them, instead of `No module named sphinx`;
+    with one that has them it goes on."""
+    from verified.system_python import pins
+
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    done = subprocess.run(["make", "-s", "platform", "SYSTEM=1",
+                           f"SYSTEM_PYTHON={bare}/bin/python"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0
+    assert "No module named" not in done.stderr
+    first = done.stderr.splitlines()[0]
+    top = pins((ROOT / "requirements.in").read_text())
+    assert first.startswith(f"make platform SYSTEM=1: {bare}/bin/python lacks "
+                            f"{len(pins((ROOT / 'requirements.txt').read_text()))} of the pinned "
+                            f"requirements (jax=={top['jax']}, jaxlib=={top['jaxlib']}, "
+                            f"sphinx=={top['sphinx']}, ")
+    assert f"install them with `{bare}/bin/python -m pip install -r requirements.txt`" in first
+    ready = subprocess.run(["make", "-s", "system-python", f"SYSTEM_PYTHON={sys.executable}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ready.returncode == 0, ready.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from verified.mistakes import UserMistake
 
-from conftest import html_table
+from conftest import html_tables
 from verified.model import Block, DocSettings, Environment, Output
 from verified.record import RecordedBlock, source_digest
 from verified.target_record import TargetBlock, TargetRecord
@@ -131,17 +131,20 @@ def test_doctest_counts_platform_only_blocks_apart(platform_site):
 def test_platforms_page_counts_agree_with_the_records(platform_site):
     copy, _, html = platform_site
     page = html.html("platforms")
-    rows = html_table(page)
-    assert rows.pop("Chapter") == ["blocks"] + [f"Stand-in: {title}" for title in (
-        "same", "differs", "varies", "fails", "needs more devices",
-        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
+    ((caption, rows),) = html_tables(page)
+    assert caption == "On Stand-in"  # no block is skipped there: no such column
+    # A column per verdict some block has there (none needs more devices or awaits a run).
+    assert rows.pop("Chapter") == ["blocks", "same", "differs", "varies", "fails",
+                                   "fails after an earlier block", "not run there",
+                                   "runs there only"]
     statuses = [b["status"] for b in _record(copy, "index")["blocks"]]
     # same, differs, varies come from comparing the "ran" blocks with the main record.
-    assert rows["Platform"] == ["7", "2", "1", "1", str(statuses.count("failed")), "0",
-                                str(statuses.count("failed-because")), "0", "1", "0"]
-    assert rows["Several processes"][0] == "1"
-    assert rows["Several processes"][7] == str(
-        [b["status"] for b in _record(copy, "multi")["blocks"]].count("not-run-there"))
+    assert rows["Platform"] == ["7", "2", "1", "1", str(statuses.count("failed")),
+                                str(statuses.count("failed-because")), "0", "1"]
+    assert rows["Several processes"] == ["1", "0", "0", "0", "0", "0", str(
+        [b["status"] for b in _record(copy, "multi")["blocks"]].count("not-run-there")), "0"]
+    for cells in rows.values():  # every block has one verdict there
+        assert int(cells[0]) == sum(int(cell) for cell in cells[1:])
     text = unescape(re.sub(r"<[^>]+>", "", page))
     assert "The stand-in prints its own name (1 block; taught in Platform)" in text
     assert "An operation the stand-in lacks (1 block; taught in Platform)" in text
@@ -178,21 +181,42 @@ def test_edits_after_the_platform_run(platform_site):
                                "Stand-in run",
                                *["not yet verified on Stand-in: an earlier block changed since "
                                  "the Stand-in run"] * 3]
-    assert "runs on Stand-in only, and is not yet verified there" in page
+    # The platform-only block has not run after the edit above it: what it printed in the
+    # platform's last run is shown, and the value it glued, each marked alike as from that
+    # run and not yet re-verified.
+    date = _record(copy, "index")["environment"]["date"]
+    mark = f"from the Stand-in run of {date}, not yet re-verified there after an edit"
+    assert f'<p class="cell-caption">runs on Stand-in only: output {mark}</p>' \
+        in page
+    assert "ran where the platform is" in page
+    assert f"The stand-in measured 42.5 ({mark})." in unescape(re.sub(r"<[^>]+>", "", page))
+    # The notebook's cell cannot carry the mark: it shows no output from that run.
+    from course.downloads import with_platform_outputs
+    from verified.inject import result_for
+
+    shown = copy.build("html")
+    assert with_platform_outputs(shown.app, "index", result_for(shown.app, "index")
+                                 ).blocks[5].outputs == []
     # A page that does not run there is known not to from what it is, edited or not.
     assert _captions(copy.build("html").html("multi")) == [
         "not run on Stand-in: the stand-in runs no page of several processes"]
     platforms = copy.build("html")
-    rows = html_table(platforms.html("platforms"))
-    assert rows["Platform"][9] == "5"
+    ((_, rows),) = html_tables(platforms.html("platforms"))
+    assert dict(zip(rows["Chapter"], rows["Platform"]))["not yet verified"] == "5"
     # The operation the stand-in lacks is in a block that now awaits a run there: its cause
     # says so, and is no warning.
     text = unescape(re.sub(r"<[^>]+>", "", platforms.html("platforms")))
     assert ("An operation the stand-in lacks (no block verified on Stand-in shows it now: it "
             "has not run the current code of Platform)") in text
-    # The value the platform-only block glues waits for a run there: an error on every build
-    # until then (the page is read again each time), which says so.
-    assert platforms.warning_lines() == [
+    # A contributor without the platform builds clean under -W.
+    assert platforms.warning_lines() == []
+    # The platform-only block itself edited: nothing it printed is known, and the value it
+    # glues waits for a run there: an error on every build until then, which says so.
+    copy.edit("index.md", 'print("ran where the platform is")',
+              'print("ran where the platform is", 1)')
+    edited = copy.build("html")
+    assert "runs on Stand-in only, and is not yet verified there" in edited.html()
+    assert edited.warning_lines() == [
         "index.md:42: ERROR: glue 'platform_speed': no value yet: the block that glues it "
         "(line 34) runs on Stand-in only and is not yet verified there (it or a block above it "
         "changed since that run) [verified.glue]"]
@@ -377,11 +401,14 @@ def test_a_second_platform_joins_with_configuration_only(site):
         "runs on Stand-in 2 (output varies, not compared)"]
     assert [c for c in captions if "Stand-in 2" not in c][:2] == [
         "also verified on Stand-in (same output)", "on Stand-in the output differs"]
-    rows = html_table(html.html("platforms"))
-    assert rows["Chapter"][10:] == [f"Stand-in 2: {title}" for title in (
-        "same", "differs", "varies", "fails", "needs more devices",
-        "fails after an earlier block", "not run there", "runs there only", "not yet verified")]
-    assert rows["Platform"][10:] == ["5", "0", "1", "0", "0", "0", "0", "0", "0"]
+    (first, _), (caption, rows) = html_tables(html.html("platforms"))
+    assert first == "On Stand-in"
+    # The first platform's own block never runs on the second: skipped there, and counted.
+    assert caption == ("On Stand-in 2 (skipped: blocks that never run there: skip-execution, "
+                       "or run on another platform alone)")
+    assert rows["Chapter"] == ["blocks", "same", "varies", "not run there", "skipped"]
+    assert rows["Platform"] == ["7", "5", "1", "0", "1"]
+    assert rows["Several processes"] == ["1", "0", "0", "1", "0"]
     # The notebook carries its record, and knows it by its settings.
     platforms = parse_platforms(both["verified_platforms"], copy.path)
     blocks = collect("index", copy.path / "index.md", platforms=frozenset(
@@ -443,3 +470,117 @@ def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
     one = chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"})
     assert one[0].astext() == ("On TPU v5e, 1 block of this page did not run, because a block "
                                "before it fails there: in “Meshes”.")
+
+
+def test_each_page_s_outcome_is_worked_out_once_per_build(platform_site, monkeypatch):
+    """The page's injection, the Platforms page and the Errors page read one outcome per
+    page: it is worked out once per page per build, not once per reader."""
+    import verified.outcome
+
+    copy, _, _ = platform_site
+    counted: dict[str, int] = {}
+    compute = verified.outcome.compute_outcome
+
+    def counting(build, docname, *args):
+        counted[docname] = counted.get(docname, 0) + 1
+        return compute(build, docname, *args)
+
+    monkeypatch.setattr(verified.outcome, "compute_outcome", counting)
+    build = copy.build("html", fresh=True)
+    assert build.app.statuscode == 0
+    assert counted == {"index": 1, "multi": 1}
+
+
+def test_a_block_inserted_above_an_erroring_block_leaves_its_error_with_it(tmp_path):
+    """The Errors page and the notebook's check pair a block with its record by source, as
+    the page does: a block inserted above the one that raises moves it down, and both still
+    name and compare that block (by position, the record's error would be the new block's)."""
+    from conftest import target_site
+    from course.notebook_check import check_data
+    from verified.collect import collect
+    from verified.record import read_record
+
+    copy, _, _ = target_site(tmp_path / "site", "errors", "platform")
+    copy.edit("index.md", "## Dividing\n", "## Dividing\n\n```{code-cell} python\n"
+              "print('inserted')\n```\n")
+    html = copy.build("html")
+    assert html.warning_lines() == []
+    page = html.html("errors")
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    # The platform has not run the page since: only the CPU's record verifies the block.
+    assert "1 exceptions of 1 types: ZeroDivisionError" in text
+    assert "division by zero — index, line 13 (§ Dividing); on CPU" in text
+    assert 'href="index.html#block-line-13"' in page
+    blocks = collect("index", copy.path / "index.md").job.blocks
+    cpu = check_data(blocks, read_record(copy.path / "record", "index"), [], {})["records"][0]
+    assert blocks[1].line == 13 and cpu["blocks"]["1"]["status"] == "expected-error"
+    assert "0" not in cpu["blocks"]  # the inserted block has no record
+
+
+def _read(build) -> list[str]:
+    """The pages a build read."""
+    return re.findall(r"reading sources\.\.\. \[ *\d+%\] (\S+)", build.status)
+
+
+def test_the_generated_pages_are_read_again_only_when_what_they_show_changed(site):
+    """The Platforms page reads every page's records: a build with nothing changed does not
+    read it (nor draw its picture) again; a changed record does; and a warning it gives is
+    given by every build until it is mended."""
+    copy = site("platform")
+    copy.build("record", fresh=True)
+    copy.build("platform", fresh=True)
+    first = copy.build("html")
+    assert first.warning_lines() == [] and "platforms" in _read(first)
+    assert _read(copy.build("html")) == []
+    record = copy.path / PLATFORM_DIR / "index.json"
+    record.write_text(record.read_text().replace('"platform output', '"platform output!'))
+    assert _read(copy.build("html")) == ["index", "platforms"]
+    copy.edit("platforms.md", "processes:\n", "gone:\n  title: A cause the platform no longer "
+              "shows\n  model: Nothing.\n  chapter: index\n  errors: [\"OSError: gone\"]\n"
+              "processes:\n")
+    warning = ["platforms.md:3: WARNING: platforms-matrix: cause 'gone' explains no block (the "
+               "platform no longer shows it) [verified.platforms]"]
+    assert copy.build("html").warning_lines() == warning
+    assert copy.build("html").warning_lines() == warning
+
+
+def test_a_platform_with_no_record_yet_takes_no_other_platform_s_text(site):
+    """A platform added to the configuration that has not run the course gets one line
+    saying so on the Platforms page: no picture, no cause of another platform's. A cause
+    awaiting a platform's next run is listed only under the platform whose record showed it."""
+    import runpy
+
+    from conftest import ROOTS
+
+    first = runpy.run_path(str(ROOTS / "test-platform" / "conf.py"))["verified_platforms"]
+    both = {"verified_platforms": [*first, {
+        "name": "stand-in-2", "label": "Stand-in 2", "backend": "cpu",
+        "env": {"VERIFIED_TEST_PLATFORM": "2"}}]}
+    copy = site("platform")
+    copy.build("record", fresh=True, confoverrides=both)
+    copy.build("platform", fresh=True,
+               confoverrides={**both, "verified_platform_run": "stand-in"})
+    html = copy.build("html", fresh=True, confoverrides=both)
+    assert html.warning_lines() == []
+    page = html.html("platforms")
+    text = unescape(re.sub(r"<[^>]+>", "", page))
+    assert text.count("Stand-in 2 has no record yet: no page has run there (make platform "
+                      "PLATFORM=stand-in-2 on a machine that has it), so nothing here speaks "
+                      "for it.") == 1
+    assert "Why blocks differ on Stand-in 2" not in text
+    assert page.count('class="platforms-chart"') == 1  # Stand-in's alone
+    assert text.count("An operation the stand-in lacks (1 block") == 1
+    # Both platforms' records now, then an edit above the failing block: its cause awaits
+    # Stand-in's next run, and is not Stand-in 2's, which never showed it.
+    copy.build("platform", fresh=True,
+               confoverrides={**both, "verified_platform_run": "stand-in-2"})
+    copy.edit("index.md", "print(1.0001 if THERE else 1.0)", "print(1.0002 if THERE else 1.0)")
+    copy.build("record", fresh=True, confoverrides=both)
+    edited = copy.build("html", confoverrides=both)
+    assert edited.warning_lines() == []
+    text = unescape(re.sub(r"<[^>]+>", "", edited.html("platforms")))
+    differ = text.split("Why blocks differ on Stand-in 2")
+    assert len(differ) == 2
+    assert "An operation the stand-in lacks (no block verified on Stand-in shows it now" \
+        in differ[0]
+    assert "An operation the stand-in lacks" not in differ[1]

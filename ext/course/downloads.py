@@ -8,6 +8,7 @@ make it check itself where the reader runs it (``notebook_check.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from dataclasses import dataclass
@@ -22,9 +23,10 @@ from sphinx.util import logging
 
 from verified.driver import page_environment
 from verified.glue import glued_values
-from verified.inject import result_for, with_platform_blocks
+from verified.inject import result_for
 from verified.model import DocResult, DocSettings
-from verified.pages import Cause, parse_causes, verdicts_of_page
+from verified.outcome import page_outcome
+from verified.pages import Cause, parse_causes
 from verified.state import state
 
 from .chapters import ordered
@@ -136,28 +138,26 @@ def notebook_check_of(app: Sphinx, docname: str, causes: tuple[list[Cause], str]
     """The page's blocks and every record of it, from this build's state; ``causes``: the
     Platforms page's (``platform_causes``, read once per build)."""
     build = state(app)
-    found = build.collect(app.env, docname)
-    if found is None or not found.job.blocks:
+    outcome = page_outcome(build, app.env, docname)
+    if outcome is None:
         return None
-    blocks, settings = found.job.blocks, found.job.settings
-    targets = [(target, build.targets.get(target, docname)) for target in build.targets.targets]
-    main = build.record_for(docname)
-    data = check_data(blocks, main, targets, build.config.normalizers,
-                      block_causes(app, docname, causes))
-    return NotebookCheck(notebook_environment(settings, build.config.env), settings, data,
-                         raising_blocks(blocks, main))
+    data = check_data(outcome.blocks, outcome.record, list(outcome.targets),
+                      build.config.normalizers, block_causes(app, docname, causes))
+    return NotebookCheck(notebook_environment(outcome.settings, build.config.env),
+                         outcome.settings, data, raising_blocks(outcome.blocks, outcome.record))
 
 
 def block_causes(app: Sphinx, docname: str, causes_and_where: tuple[list[Cause], str]
                  ) -> dict[int, str]:
     """Each block of the page that a cause of the Platforms page explains (its verdicts on
-    the verified platforms, from the records, as that page finds them)."""
+    the verified platforms, from the page's outcome, as that page finds them)."""
     build = state(app)
     causes, where = causes_and_where
-    page = verdicts_of_page(build, app.env, docname, build.config.platforms)
-    if page is None:
+    outcome = page_outcome(build, app.env, docname)
+    if outcome is None:
         return {}
-    verdicts = [pair for platform in page.verdicts.values() for pair in platform]
+    verdicts = [pair for platform in outcome.on(build.config.platforms).values()
+                for pair in platform]
     return explained_blocks(docname, verdicts, causes, where)
 
 
@@ -187,9 +187,11 @@ def text_context_of(app: Sphinx, docname: str, result: DocResult | None) -> Text
     env = app.env
     labels = {name: title for name, (_, _, title) in env.get_domain("std").labels.items()
               if title}
+    outcome = page_outcome(state(app), env, docname)
     return TextContext(
         docname=docname,
-        glued=glued_values(result) if result else {},
+        glued=outcome.glued if outcome else glued_values(result) if result else {},
+        marks=dict(outcome.stale) if outcome else {},
         readings={key: Reading(page.title, page.level, page.url)
                   for key, page in registry(app).pages.items()},
         titles={name: title.astext() for name, title in env.titles.items()},
@@ -199,12 +201,15 @@ def text_context_of(app: Sphinx, docname: str, result: DocResult | None) -> Text
 def with_platform_outputs(app: Sphinx, docname: str, result: DocResult | None
                           ) -> DocResult | None:
     """The page's result with each platform-only block's output taken from that platform's
-    record, as the page shows it (the main run does not run such a block)."""
-    build = state(app)
-    found = build.collect(app.env, docname)
-    if result is None or found is None:
+    record, as the page shows it (the main run does not run such a block). Where the page
+    shows a platform's earlier run, marked as not re-verified, the notebook's cell could not
+    say so: it keeps the main run's (no output), and its prose the marked values."""
+    outcome = page_outcome(state(app), app.env, docname)
+    if result is None or outcome is None:
         return result
-    return with_platform_blocks(build, docname, found.job.blocks, result)[0]
+    return dataclasses.replace(outcome.result, blocks=[
+        result.blocks[index] if index in outcome.stale_blocks else shown
+        for index, shown in enumerate(outcome.result.blocks)])
 
 
 def on_build_finished(app: Sphinx, exception) -> None:

@@ -30,6 +30,8 @@ class TextContext:
 
     docname: str
     glued: dict[str, str] = field(default_factory=dict)  # name -> the value's text/plain
+    # name -> what to say beside a value from a platform's earlier run (outcome.py)
+    marks: dict[str, str] = field(default_factory=dict)
     readings: dict[str, Reading] = field(default_factory=dict)
     titles: dict[str, str] = field(default_factory=dict)  # docname -> title
     labels: dict[str, str] = field(default_factory=dict)  # label -> its section's title
@@ -54,9 +56,10 @@ def _role(name: str, content: str, context: TextContext) -> str:
         if key not in context.glued:
             return f"`{content}`"  # the page reports the unknown name; the text stays readable
         try:
-            return format_plain_text(context.glued[key], spec)
+            text = format_plain_text(context.glued[key], spec)
         except (TypeError, ValueError):
-            return context.glued[key]
+            text = context.glued[key]
+        return f"{text} ({context.marks[key]})" if key in context.marks else text
     if name == "api":
         return f"[`{content}`]({api_url(content.strip())})"
     explicit = _EXPLICIT.match(content)

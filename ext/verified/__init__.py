@@ -15,6 +15,8 @@ The pipeline, one module per phase:
                   (tolerance.py compares the numbers a block declared machine-rounded)
     targets.py    the other places every page runs: older versions, other platforms
     target_record.py  their records; verdict.py  each block's verdict on each target
+    outcome.py    a page's outcome (blocks, records paired by source, verdicts, result,
+                  glued values), worked out once per build and read by every page below
     render.py     turn a typed result into docutils nodes (glue.py: values prose inserts)
     inject.py     put results, captions and verdicts into each page's doctree
     report.py     the execution report after each build

@@ -139,7 +139,8 @@ class VerifiedDoctestBuilder(_ExecutingBuilder):
                     continue
                 if live is None or live.failed:
                     why = live.failure if live else "the page did not run (see the errors above)"
-                    line = failure_line(block, live, found.job.path) if live else block.line
+                    line = (failure_line(block, live, found.code_lines[block.index]) if live
+                            else block.line)
                     failures.append(f"FAILED {path}:{line}: did not run cleanly: {why}")
                     stopped_at = stopped_at or block.line
                     continue
@@ -221,9 +222,6 @@ def run_target(builder: Builder, target: Target) -> list[tuple[str, Any, DocResu
     page that does not run there has no result and says why."""
     build = state(builder)
     config = build.config
-    mistake = page_mistakes(config.pages, builder.env.found_docs, Path(builder.srcdir).name)
-    if mistake:
-        raise mistake
     found = {}
     for docname in sorted(builder.env.found_docs):
         if config.pages and docname not in config.pages:
@@ -303,6 +301,10 @@ class _TargetBuilder(_PagelessBuilder):
         return targets
 
     def run_all(self) -> list[tuple[Target, str, Any, DocResult | None, str]]:
+        config = state(self).config
+        mistake = page_mistakes(config.pages, self.env.found_docs, Path(self.srcdir).name)
+        if mistake:  # once, before any target runs
+            raise mistake
         rows = []
         for target in self.targets():
             for docname, collected, result, why in run_target(self, target):

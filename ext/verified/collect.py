@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -30,6 +31,7 @@ import yaml
 
 from .config import parse_doc_settings, usable_cores
 from .directive import LANGUAGES, CodeCellDirective
+from .locate import body_line
 from .model import Block, DocJob, DocSettings
 
 # What runs a page: the worker, the rules it captures a block's output by, and its guard.
@@ -52,10 +54,14 @@ class Problem:
 
 @dataclass
 class Collected:
-    """A document's job, plus anything that stops it from running."""
+    """A document's job, plus anything that stops it from running, and where each block is
+    in the text (read here once, not again by each page that reports on blocks)."""
 
     job: DocJob
     problems: list[Problem] = field(default_factory=list)
+    sections: tuple[str, ...] = ()  # each block's section title ("" above the first heading)
+    code_lines: tuple[int, ...] = ()  # each block's first line of code in the file
+    uses_generated: bool = False  # the page shows a generated page's directive (GENERATED)
 
 
 _PARSER = None
@@ -147,7 +153,39 @@ def collect(docname: str, path: str | Path, known_normalizers: frozenset[str] = 
     for line in _nested_cell_lines(_parser().parse(text), 0):
         problems.append(Problem(line, "code-cell must be at the top level of the page "
                                 "(a cell nested in another directive cannot run)", "nested"))
-    return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems)
+    titles = section_titles(text)
+    return Collected(DocJob(docname, str(path), settings, tuple(blocks)), problems,
+                     tuple(titles.get(block.line, "") for block in blocks),
+                     tuple(body_line(block, text) for block in blocks),
+                     bool(_USES_GENERATED.search(text)))
+
+
+# The directives whose pages are made from every page's records (pages.py, errors_page.py).
+GENERATED = ("{versions-matrix}", "{platforms-matrix}", "{errors-index}")
+# A page that uses one of them: its fence opens a line (prose that names one in backticks,
+# as the authoring guide does, is not such a page).
+_USES_GENERATED = re.compile(r"^ *(?:`{3,}|:{3,}) *(?:" + "|".join(map(re.escape, GENERATED))
+                             + ")", re.MULTILINE)
+
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+_FENCE = re.compile(r"^(`{3,}|~{3,})")
+
+
+def section_titles(text: str) -> dict[int, str]:
+    """For each line of a MyST page, the title of the section it is in (code fences skipped)."""
+    titles, current, fence = {}, "", ""
+    for number, line in enumerate(text.splitlines(), 1):
+        opening = _FENCE.match(line)
+        if fence:
+            if line.strip() == fence:
+                fence = ""
+        elif opening:
+            fence = opening.group(1)
+        elif _HEADING.match(line):
+            current = _HEADING.match(line).group(2).replace("`", "")
+        titles[number] = current
+    return titles
 
 
 EXERCISE_ROLES = ("exercise-starter", "exercise-solution", "exercise-check")

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 
 from .model import EXPECTED_ERROR, FAILED, Block
+from .outcome import page_outcome
+from .pages import reader_builder
 from .selfcheck import exception_only
 from .state import state
 from .verdict import block_label
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
-_FENCE = re.compile(r"^(`{3,}|~{3,})")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -45,32 +44,14 @@ def exception_line(text: str) -> tuple[str, str]:
     return qualified.rsplit(".", 1)[-1].strip(), message.strip()
 
 
-def section_titles(path: Path) -> dict[int, str]:
-    """For each line of a MyST page, the title of the section it is in (code fences skipped)."""
-    titles, current, fence = {}, "", ""
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        opening = _FENCE.match(line)
-        if fence:
-            if line.strip() == fence:
-                fence = ""
-        elif opening:
-            fence = opening.group(1)
-        elif _HEADING.match(line):
-            current = _HEADING.match(line).group(2).replace("`", "")
-        titles[number] = current
-    return titles
-
-
 def raised_everywhere(build, env) -> list[Raised]:
     """Every (block, exception line) of every current record, with where it is raised."""
     found: dict[tuple, Raised] = {}
     for docname in sorted(env.found_docs):
-        collected = build.collect(env, docname)
-        if collected is None or not collected.job.blocks:
+        outcome = page_outcome(build, env, docname)
+        if outcome is None:
             continue
-        blocks = collected.job.blocks
-        titles = section_titles(Path(env.doc2path(docname)))
-        record = build.record_for(docname)
+        sections = build.collect(env, docname).sections
 
         def note(block: Block, text: str, where: str) -> None:
             ename, message = exception_line(text)
@@ -78,19 +59,18 @@ def raised_everywhere(build, env) -> list[Raised]:
                 return
             key = (docname, block.index, ename, message)
             entry = found.setdefault(key, Raised(ename, message, docname, block,
-                                                 titles.get(block.line, "")))
+                                                 sections[block.index]))
             if where not in entry.where:
                 entry.where.append(where)
 
-        for block in blocks:
-            recorded = record.block_for(block, blocks) if record else None
+        for block in outcome.blocks:
+            recorded = outcome.main[block.index]
             if recorded is not None and recorded.status in (EXPECTED_ERROR, FAILED):
                 for output in recorded.outputs:
                     if output.kind == "error":
                         note(block, output.text, "CPU")
-            for target in build.targets.targets:
-                target_record = build.targets.get(target, docname)
-                there = target_record.verified_for(block, blocks) if target_record else None
+            for target, _ in outcome.targets:
+                there = outcome.there[target.name][block.index]
                 if there is None:
                     continue
                 if there.status == FAILED and there.error:
@@ -109,6 +89,8 @@ class ErrorsIndex(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         build = state(self.env)
         self.env.note_dependency(self.env.doc2path(self.env.docname))
+        if not reader_builder(self.env._app.builder):
+            return []  # a build that writes or checks records publishes no page
         raised = raised_everywhere(build, self.env)
         if not raised:
             text = "No block raises an exception in any record."

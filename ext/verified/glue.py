@@ -110,12 +110,14 @@ def glued_values(result: DocResult) -> dict[str, str]:
 
 
 def resolve(doctree: nodes.document, result: DocResult | None,
-            stopped: int | None = None, awaited: dict[str, str] | None = None) -> bool:
+            stopped: int | None = None, awaited: dict[str, str] | None = None,
+            marks: dict[str, str] | None = None) -> bool:
     """Replaces every ``glue_ref`` with its value's text; unknown names are located errors.
     ``stopped``: the line of the page's failed block, if one failed; a name no block glued
     then may be one a block after it never got to glue, and the error says so. ``awaited``:
     names that a block not yet run where it runs would glue, with why there is no value yet.
-    Returns whether it reported a problem."""
+    ``marks``: names whose value is from an earlier run, with what to say of it beside the
+    value. Returns whether it reported a problem."""
     values = glued_values(result) if result else {}
     reported = False
     for node in list(doctree.findall(glue_ref)):
@@ -144,6 +146,11 @@ def resolve(doctree: nodes.document, result: DocResult | None,
                          location=node, type="verified", subtype="glue")
             reported = True
             node.replace_self([])
+            continue
+        if marks and key in marks:
+            note = f" ({marks[key]})"
+            node.replace_self([nodes.inline(text, text, classes=["glued", "glued-stale"]),
+                               nodes.inline(note, note, classes=["glued-stale-mark"])])
             continue
         node.replace_self(nodes.inline(text, text, classes=["glued"]))
     return reported

@@ -9,8 +9,6 @@ from it reads the same record.
 
 from __future__ import annotations
 
-import dataclasses
-
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
@@ -20,10 +18,10 @@ from .capture_rules import failure_sign
 from .directive import code_cell
 from .locate import failure_line
 from .model import BlockResult, DocResult, Environment
-from .record import compare
-from .render import Verification, failure_report, render_block
-from .replay import caption as replay_caption
-from .state import BuildState, state
+from .outcome import page_outcome
+from .outcome import result_of as _result_of
+from .render import failure_report, render_block
+from .state import state
 from .verdict import DEPENDS, Verdict, chapter_notes, label_block, verdict_nodes
 
 logger = logging.getLogger(__name__)
@@ -41,13 +39,12 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                          type="verified", subtype=problem.subtype)
     cells = list(doctree.findall(code_cell))
     by_line = {block.line: block for block in found.job.blocks} if found else {}
-    result = build.results.get(docname)
-    elsewhere: dict[int, Verification] = {}
+    outcome = page_outcome(build, app.env, docname)
+    result = outcome.result if outcome else None
     depending: list[Verdict] = []  # blocks that did not run on a target after one that fails
     sections: dict[int, str] = {}
     glue_problems = False
     if result is not None:
-        result, elsewhere = with_platform_blocks(build, docname, found.job.blocks, result)
         glue_problems = _warn_duplicate_glue(docname, found.job.blocks, result)
     for node in cells:
         block = by_line.get(node["fence_line"])
@@ -67,8 +64,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         block_result = result.blocks[block.index]
         if block_result.failed:
             where = f" on {block.platform}" if block.platform else ""
-            logger.error(failure_report(block, block_result, where),
-                         location=(docname, failure_line(block, block_result, found.job.path)),
+            line = failure_line(block, block_result, found.code_lines[block.index])
+            logger.error(failure_report(block, block_result, where), location=(docname, line),
                          type="verified", subtype="block-failed")
         elif not block.stderr_failure and (sign := stderr_failure(block_result)):
             where = f" on {block.platform}" if block.platform else ""
@@ -76,17 +73,15 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                            f"{sign!r}; where the page means it, declare :stderr: failure",
                            location=(docname, block.line), type="verified",
                            subtype="stderr-failure")
-        verification = elsewhere.get(block.index) or _verify(build, docname, block,
-                                                             block_result)
+        verification = outcome.verifications[block.index]
         prompt = next(iter(node.findall(nodes.paragraph)), None)
-        verdicts = [item for item in build.targets.verdicts(
-            docname, block, found.job.blocks, verification.recorded,
-            found.job.settings) if item.target.name != block.platform]
+        verdicts = [item for item in outcome.verdicts[block.index]
+                    if item.target.name != block.platform]
         # (a block that runs on one platform alone: its caption speaks for that platform)
         depending += [item for item in verdicts if item.kind == DEPENDS]
         verdicts = [item for item in verdicts if item.kind != DEPENDS]  # said once, at the top
         sections[block.index] = _section_title(node)
-        environment = verification.recorded_environment if block.index in elsewhere \
+        environment = verification.recorded_environment if block.index in outcome.elsewhere \
             else result.environment
         cell = render_block(block, block_result, environment, verification, prompt,
                             verdict_nodes(verdicts, set(block.tags)))
@@ -101,7 +96,8 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     elif not (found and found.job.blocks):
         result = None
     glue_problems |= glue.resolve(doctree, result, stopped,
-                                  _awaited_glue(build, found) if found else None)
+                                  dict(outcome.awaited) if outcome else None,
+                                  dict(outcome.stale) if outcome else None)
     if glue_problems:
         # The page's doctree is kept while its text and results stay as they are: read it
         # again next build, so that the problem is reported until it is mended.
@@ -128,57 +124,6 @@ def _insert_at_top(doctree: nodes.document, notes: list[nodes.Node]) -> None:
     parent[at:at] = notes
 
 
-def _platform_label(build: BuildState, name: str) -> str:
-    return next((target.label for target in build.config.platforms if target.name == name), name)
-
-
-def _awaited_glue(build: BuildState, found) -> dict[str, str]:
-    """The names glued by a block that runs on a platform alone and has not run there in its
-    current form (its code, or code above it, changed since): why their values are missing."""
-    awaited: dict[str, str] = {}
-    blocks = found.job.blocks
-    for block in blocks:
-        if block.platform and build.targets.only_there(found.job.docname, block, blocks) is None:
-            label = _platform_label(build, block.platform)
-            for name in glue.glued_names(block.source):
-                awaited.setdefault(name, (
-                    f"the block that glues it (line {block.line}) runs on {label} only and is "
-                    f"not yet verified there (it or a block above it changed since that run)"))
-    return awaited
-
-
-def with_platform_blocks(build: BuildState, docname: str, blocks, result: DocResult
-                        ) -> tuple[DocResult, dict[int, Verification]]:
-    """The page's result with each block that runs on a platform alone taken from that
-    platform's record (when it holds the block's current source), and how to caption it
-    (the page and its notebook show the same outputs)."""
-    taken: dict[int, BlockResult] = {}
-    captions: dict[int, Verification] = {}
-    for block in blocks:
-        if not block.platform:
-            continue
-        there = build.targets.only_there(docname, block, blocks)
-        if there is None:
-            label = _platform_label(build, block.platform)
-            text = f"runs on {label} only, and is not yet verified there"
-            captions[block.index] = Verification(compare(block, result.blocks[block.index],
-                                                         None, {}), None, None, caption=text)
-            continue
-        target, record, recorded = there
-        environment = record.environment
-        details = [part for part in (environment.device_kind,
-                                     environment.jax and f"jax {environment.jax}") if part]
-        text = (f"ran on {target.label}" + (f" ({', '.join(details)})" if details else "")
-                + f" on {environment.date}; this machine did not run it")
-        taken[block.index] = recorded.as_result(block.index)
-        captions[block.index] = Verification(compare(block, taken[block.index], None, {}),
-                                             None, environment, caption=text)
-    if not taken:
-        return result, captions
-    merged = [taken.get(block_result.index, block_result) for block_result in result.blocks]
-    return dataclasses.replace(result, blocks=merged), captions
-
-
 def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> bool:
     """Warns at each block that glues a name again; whether any did."""
     seen: set[str] = set()
@@ -195,25 +140,10 @@ def _warn_duplicate_glue(docname: str, blocks, result: DocResult) -> bool:
     return warned
 
 
-def _verify(build: BuildState, docname: str, block, block_result: BlockResult) -> Verification:
-    record = build.record_for(docname)
-    recorded = record.block_for(block, build.collected[docname].job.blocks) if record else None
-    comparison = compare(block, block_result, recorded, build.config.normalizers,
-                         record.environment.jax if record else None)
-    verification = Verification(comparison, recorded, record.environment if record else None)
-    if comparison.verdict == "unchecked" and build.from_record(docname):
-        verification.caption = replay_caption(record.environment)
-    return verification
-
-
 def result_for(app: Sphinx, docname: str) -> DocResult | None:
     """This build's result for a page (executed now, or from the record or the cache), if
     it has one."""
-    build = state(app)
-    if docname in build.results:
-        return build.results[docname]
-    found = build.collected.get(docname)
-    return build.stored(found) if found and found.job.blocks else None
+    return _result_of(state(app), docname)
 
 
 def stderr_failure(result: BlockResult) -> str | None:

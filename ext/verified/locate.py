@@ -8,7 +8,6 @@ the line within the block (``Cell [23], line 2``), which is the file line to poi
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from .model import Block, BlockResult
 
@@ -34,8 +33,9 @@ def body_line(block: Block, text: str) -> int:
     return block.line
 
 
-def failure_line(block: Block, result: BlockResult, path: str) -> int:
-    """The file line a block's failure is reported at."""
+def failure_line(block: Block, result: BlockResult, code_line: int) -> int:
+    """The file line a block's failure is reported at; ``code_line``: the file line of the
+    block's first line of code (``body_line``, found when the page was collected)."""
     error = result.error
     if error is None or error.ename not in SYNTAX_ERRORS:
         return block.line
@@ -45,8 +45,4 @@ def failure_line(block: Block, result: BlockResult, path: str) -> int:
     line = int(found.group(1))
     if line > len(block.source.strip("\n").splitlines()):
         return block.line  # not the block's own line: text the block tokenized, say
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError:
-        return block.line
-    return body_line(block, text) + line - 1
+    return code_line + line - 1

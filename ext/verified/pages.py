@@ -8,9 +8,9 @@ it and the chapter that teaches it.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import yaml
 from docutils import nodes
@@ -19,6 +19,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from .model import Block
+from .outcome import page_outcome
 from .state import state
 from .targets import Target
 from .verdict_chart import data_uri, describe, stacked_bars
@@ -35,6 +36,9 @@ class PageVerdicts:
     docname: str
     blocks: tuple[Block, ...]
     verdicts: dict[str, list[tuple[Block, Verdict]]]  # target name -> (block, verdict)
+    # The same in each target's last run (outcome.py), and the targets with a record of it.
+    last_run: dict[str, list[tuple[Block, Verdict]]] = field(default_factory=dict)
+    recorded: frozenset[str] = frozenset()
 
     def counts(self, target: str) -> dict[str, int]:
         tally = {kind: 0 for kind in VERDICTS}
@@ -42,21 +46,22 @@ class PageVerdicts:
             tally[item.kind] += 1
         return tally
 
+    def skipped(self, target: str) -> int:
+        """Blocks with no verdict there: they never run there (skip-execution, or they run
+        on another platform alone)."""
+        return len(self.blocks) - len(self.verdicts.get(target, []))
+
 
 def verdicts_of_page(build, env, docname: str, targets: tuple[Target, ...]
                      ) -> PageVerdicts | None:
-    """Each block's verdict on each target, from the records (None: a page without blocks)."""
-    found = build.collect(env, docname)
-    if found is None or not found.job.blocks:
+    """Each block's verdict on each target, from the page's outcome (None: a page without
+    blocks)."""
+    outcome = page_outcome(build, env, docname)
+    if outcome is None:
         return None
-    record = build.record_for(docname)
-    verdicts: dict[str, list[tuple[Block, Verdict]]] = {t.name: [] for t in targets}
-    for block in found.job.blocks:
-        main = record.block_for(block, found.job.blocks) if record else None
-        for item in build.targets.verdicts(docname, block, found.job.blocks, main,
-                                           found.job.settings, targets):
-            verdicts[item.target.name].append((block, item))
-    return PageVerdicts(docname, found.job.blocks, verdicts)
+    return PageVerdicts(docname, outcome.blocks, outcome.on(targets),
+                        outcome.on(targets, last_run=True),
+                        frozenset(target.name for target, record in outcome.targets if record))
 
 
 def page_verdicts(build, env, targets: tuple[Target, ...]) -> list[PageVerdicts]:
@@ -83,6 +88,18 @@ def minimum_version(page: PageVerdicts, versions: tuple[Target, ...],
             break
         oldest = version.name
     return oldest
+
+
+def _has_run(pages: list[PageVerdicts], platform: Target) -> bool:
+    """Whether the platform has a record of any page (else it has not run the course)."""
+    return any(platform.name in page.recorded for page in pages)
+
+
+def reader_builder(builder) -> bool:
+    """Whether this build renders the generated pages for readers (not one that writes or
+    checks records, which reads them only to execute the others)."""
+    return not (getattr(builder, "runs_pages_itself", False)
+                or builder.name in ("doctest", "record"))
 
 
 class _VerdictPage(SphinxDirective):
@@ -113,14 +130,31 @@ class _VerdictPage(SphinxDirective):
                 para += nodes.Text(", ")
             para += self._block_link(docname, block)
 
-    def _table(self, pages: list[PageVerdicts], targets: tuple[Target, ...],
-               last_column=None) -> nodes.Node:
-        headers = ["Chapter", "blocks"]
-        for target in targets:
-            headers += [f"{target.label}: {title}" for _, title in self.columns]
+    def _tables(self, pages: list[PageVerdicts], targets: tuple[Target, ...],
+                last_column=None) -> list[nodes.Node]:
+        """One table per target, so that each fits the reading width: a column per verdict
+        some block has there, and ``skipped`` for blocks that never run there, so that each
+        row's verdicts add up to its blocks. ``last_column`` (header, page -> text) goes on
+        the last table."""
+        return [self._table(pages, target, last_column if position == len(targets) - 1
+                            else None) for position, target in enumerate(targets)]
+
+    def _table(self, pages: list[PageVerdicts], target: Target, last_column=None) -> nodes.Node:
+        counts = {page.docname: page.counts(target.name) for page in pages}
+        columns = [(kind, title) for kind, title in self.columns
+                   if any(tally[kind] for tally in counts.values())]
+        skipped = {page.docname: page.skipped(target.name) for page in pages}
+        headers = ["Chapter", "blocks", *(title for _, title in columns)]
+        if any(skipped.values()):
+            headers.append("skipped")
         if last_column:
             headers.append(last_column[0])
         table = nodes.table(classes=[self.table_class])
+        title = f"On {target.label}"
+        if any(skipped.values()):
+            title += " (skipped: blocks that never run there: skip-execution, or run on " \
+                     "another platform alone)"
+        table += nodes.title(title, title)
         group = nodes.tgroup(cols=len(headers))
         table += group
         for _ in headers:
@@ -130,23 +164,20 @@ class _VerdictPage(SphinxDirective):
         head += self._row([nodes.Text(h) for h in headers])
         body = nodes.tbody()
         group += body
-        totals = {target.name: {kind: 0 for kind in VERDICTS} for target in targets}
-        total_blocks = 0
         for page in pages:
             cells: list[nodes.Node] = [self._doc_link(page.docname),
                                        nodes.Text(str(len(page.blocks)))]
-            total_blocks += len(page.blocks)
-            for target in targets:
-                counts = page.counts(target.name)
-                for kind, _ in self.columns:
-                    totals[target.name][kind] += counts[kind]
-                    cells.append(nodes.Text(str(counts[kind])))
+            cells += [nodes.Text(str(counts[page.docname][kind])) for kind, _ in columns]
+            if any(skipped.values()):
+                cells.append(nodes.Text(str(skipped[page.docname])))
             if last_column:
                 cells.append(nodes.Text(last_column[1](page)))
             body += self._row(cells, page.docname)
-        cells = [nodes.Text("all chapters"), nodes.Text(str(total_blocks))]
-        for target in targets:
-            cells += [nodes.Text(str(totals[target.name][kind])) for kind, _ in self.columns]
+        cells = [nodes.Text("all chapters"), nodes.Text(str(sum(len(p.blocks) for p in pages)))]
+        cells += [nodes.Text(str(sum(tally[kind] for tally in counts.values())))
+                  for kind, _ in columns]
+        if any(skipped.values()):
+            cells.append(nodes.Text(str(sum(skipped.values()))))
         if last_column:
             cells.append(nodes.Text(""))
         body += self._row(cells, "total")
@@ -164,11 +195,7 @@ class _VerdictPage(SphinxDirective):
         return row
 
     def _reader_build(self) -> bool:
-        """Whether this build renders the page for readers (not one that writes or checks
-        records, which reads it only to execute the others)."""
-        builder = self.env._app.builder
-        return not (getattr(builder, "runs_pages_itself", False)
-                    or builder.name in ("doctest", "record"))
+        return reader_builder(self.env._app.builder)
 
 
 class VersionsMatrix(_VerdictPage):
@@ -185,14 +212,45 @@ class VersionsMatrix(_VerdictPage):
     def run(self) -> list[nodes.Node]:
         build = state(self.env)
         self.env.note_dependency(self.env.doc2path(self.env.docname))
+        if not self._reader_build():
+            return []  # a build that writes or checks records publishes no page
         versions = build.config.matrix
         pages = page_verdicts(build, self.env, versions)
         main_version = next((record.environment.jax for record in
                              (build.record_for(page.docname) for page in pages)
                              if record and record.environment.jax), None)
-        table = self._table(pages, versions, (
+        tables = self._tables(pages, versions, (
             "needs jax", lambda page: minimum_version(page, versions, main_version)))
-        return [table, *self._differences(pages, versions)]
+        return [*tables, *self._unknown_minimum(pages, versions, main_version),
+                *self._differences(pages, versions)]
+
+    def _unknown_minimum(self, pages, versions, main_version) -> list[nodes.Node]:
+        """Why a chapter's minimum version reads ``?``, chapter by chapter."""
+        listing = nodes.bullet_list(classes=["versions-unknown"])
+        for page in pages:
+            if minimum_version(page, versions, main_version) != "?":
+                continue
+            awaiting = [(version, page.counts(version.name)[UNVERIFIED]) for version in versions
+                        if page.counts(version.name)[UNVERIFIED]]
+            item = nodes.list_item()
+            para = nodes.paragraph()
+            para += self._doc_link(page.docname)
+            if awaiting:
+                why = "; ".join(f"{count} block{'s' if count != 1 else ''} not yet verified on "
+                                f"{version.label} (changed since that run, or after a change)"
+                                for version, count in awaiting)
+                command = f"make matrix PAGES={page.docname}"
+                para += nodes.Text(f": ? because {why}; ")
+                para += nodes.literal(command, command)
+                para += nodes.Text(" verifies them.")
+            else:
+                para += nodes.Text(": ? because the verified record names no jax version.")
+            item += para
+            listing += item
+        if not listing.children:
+            return []
+        text = "A chapter whose minimum version is not known yet:"
+        return [nodes.paragraph(text, text), listing]
 
     def _forms(self) -> list[tuple[str, str]]:
         forms = []
@@ -200,6 +258,7 @@ class VersionsMatrix(_VerdictPage):
             if not line.strip():
                 continue
             if "=>" not in line:
+                self.env.note_reread()  # reported until mended
                 logger.warning(f"versions-matrix: expected 'EXCEPTION => old -> new', "
                                f"got {line!r}", location=self.get_location(),
                                type="verified", subtype="matrix")
@@ -239,13 +298,12 @@ class VersionsMatrix(_VerdictPage):
                 item += para
                 listing += item
             out.append(listing)
-        if self._reader_build():
-            for match, _ in forms:
-                if match not in used:
-                    logger.warning(f"versions-matrix: no block fails with {match!r} "
-                                   f"(the matrix no longer shows this difference)",
-                                   location=self.get_location(), type="verified",
-                                   subtype="matrix")
+        for match, _ in forms:
+            if match not in used:
+                self.env.note_reread()  # reported until mended
+                logger.warning(f"versions-matrix: no block fails with {match!r} "
+                               f"(the matrix no longer shows this difference)",
+                               location=self.get_location(), type="verified", subtype="matrix")
         return out
 
 
@@ -332,21 +390,26 @@ class PlatformsMatrix(_VerdictPage):
         try:
             causes = parse_causes("\n".join(self.content))
         except (ValueError, yaml.YAMLError) as err:
+            self.env.note_reread()  # reported until mended
             logger.error(f"platforms-matrix: {err}", location=self.get_location(),
                          type="verified", subtype="platforms")
             return []
         platforms = build.config.platforms
+        if not self._reader_build():
+            return []  # a build that writes or checks records publishes no page
         if not platforms:
             text = "No platform is verified (verified_platforms is empty)."
             return [nodes.paragraph(text, text)]
         pages = page_verdicts(build, self.env, platforms)
-        charts = self._charts(pages, platforms) if self._reader_build() else []
-        return [self._table(pages, platforms), *charts, *self._causes(pages, platforms, causes)]
+        return [*self._tables(pages, platforms), *self._charts(pages, platforms),
+                *self._causes(pages, platforms, causes)]
 
     def _charts(self, pages: list[PageVerdicts], platforms) -> list[nodes.Node]:
         """The table as a picture: a chapter's verdicts on a platform as one stacked bar."""
         charts = []
         for platform in platforms:
+            if not _has_run(pages, platform):
+                continue
             rows = [(page.docname, page.counts(platform.name)) for page in pages]
             title = f"Verdicts per chapter on {platform.label}"
             png = stacked_bars(rows, self.columns, title)
@@ -358,6 +421,12 @@ class PlatformsMatrix(_VerdictPage):
         out: list[nodes.Node] = []
         used: set[str] = set()
         for platform in platforms:
+            if not _has_run(pages, platform):
+                text = (f"{platform.label} has no record yet: no page has run there "
+                        f"(make platform PLATFORM={platform.name} on a machine that has it), so "
+                        f"nothing here speaks for it.")
+                out.append(nodes.paragraph(text, text, classes=["platforms-no-record"]))
+                continue
             grouped: dict[str, list[tuple[str, Block]]] = {cause.key: [] for cause in causes}
             unexplained: list[tuple[str, Block, Verdict]] = []
             for page in pages:
@@ -379,7 +448,13 @@ class PlatformsMatrix(_VerdictPage):
             listing = nodes.bullet_list(classes=["platforms-causes"])
             for cause in causes:
                 if not grouped[cause.key]:
-                    pending = sorted(cause.pages() & awaiting)
+                    # A cause this platform's last run showed, on a page awaiting its next run;
+                    # never one only another platform shows.
+                    pending = sorted(page.docname for page in pages if page.docname in awaiting
+                                     and any(item.kind in self.EXPLAINED
+                                             and cause.explains(page.docname, block, item)
+                                             for block, item in page.last_run.get(
+                                                 platform.name, [])))
                     if pending:
                         used.add(cause.key)
                         listing += self._awaiting(cause, platform, pending)
@@ -417,13 +492,39 @@ class PlatformsMatrix(_VerdictPage):
                     item += para
                     rest += item
                 out.append(rest)
-        if self._reader_build():
-            for cause in causes:
-                if cause.key not in used:
-                    logger.warning(f"platforms-matrix: cause {cause.key!r} explains no block "
-                                   f"(the platform no longer shows it)",
-                                   location=self.get_location(), type="verified",
-                                   subtype="platforms")
+        # A cause that names a page no platform has a record of (new, or unable to run when
+        # the platform last ran) belongs to no platform's record yet: listed apart, not lost.
+        unrun = {page.docname for page in pages if not page.recorded}
+        first_runs = nodes.bullet_list(classes=["platforms-first-run"])
+        for cause in causes:
+            waiting = sorted(cause.pages() & unrun)
+            if cause.key in used or not waiting:
+                continue
+            used.add(cause.key)
+            item = self._cause_item(cause)
+            head = nodes.paragraph()
+            head += nodes.strong(cause.title, cause.title)
+            head += nodes.Text(" (it names ")
+            for position, docname in enumerate(waiting):
+                if position:
+                    head += nodes.Text(", ")
+                head += self._doc_link(docname)
+            head += nodes.Text(", which no platform has a record of yet)")
+            item += head
+            inline, messages = self.parse_inline(cause.model, lineno=self.lineno)
+            item += nodes.paragraph("", "", *inline)
+            item += messages
+            first_runs += item
+        if first_runs.children:
+            text = "Awaiting a platform's first run of a page"
+            out += [nodes.rubric(text, text), first_runs]
+        for cause in causes:
+            if cause.key not in used:
+                self.env.note_reread()  # reported until mended
+                logger.warning(f"platforms-matrix: cause {cause.key!r} explains no block "
+                               f"(the platform no longer shows it)",
+                               location=self.get_location(), type="verified",
+                               subtype="platforms")
         return out
 
     def _cause_item(self, cause: Cause) -> nodes.list_item:
@@ -452,20 +553,25 @@ class PlatformsMatrix(_VerdictPage):
         return item
 
 
-GENERATED = ("{versions-matrix}", "{platforms-matrix}", "{errors-index}")
-# A page that uses one of them: its fence opens a line (prose that names one in backticks,
-# as the authoring guide does, is not such a page and is not re-read every build).
-_USES_GENERATED = re.compile(r"^ *(?:`{3,}|:{3,}) *(?:" + "|".join(map(re.escape, GENERATED))
-                             + ")", re.MULTILINE)
-
-
 def generated_outdated(app, env, added, changed, removed) -> list[str]:
-    """The generated pages read every record, so they are re-read on every build."""
-    pages = []
-    for docname in sorted(env.found_docs - added - changed):
-        path = Path(env.doc2path(docname))
-        if path.suffix == ".md":
-            text = path.read_text(encoding="utf-8")
-            if _USES_GENERATED.search(text):
-                pages.append(docname)
+    """The generated pages read every page's blocks and records: they are read again when
+    any of those changed since they were last read (or the build is of another kind), not
+    on every build; a page that warned is read again by each build until it is mended."""
+    build = state(app)
+    pages, inputs = [], []
+    for docname in sorted(env.found_docs):
+        found = build.collect(env, docname)
+        if found is None:
+            continue
+        if found.uses_generated and docname not in added | changed:
+            pages.append(docname)
+        if found.job.blocks and not found.problems:
+            inputs.append((docname, [(block.line, block.source) for block in found.job.blocks],
+                           found.sections, build.read_stamp(found)))
+    if not pages:
+        return []
+    stamp = hashlib.sha256(repr((reader_builder(app.builder), inputs)).encode()).hexdigest()
+    if getattr(env, "verified_generated_stamp", None) == stamp:
+        return []
+    env.verified_generated_stamp = stamp
     return pages

@@ -44,6 +44,7 @@ class BuildState:
     replays: dict[str, Replay] = field(default_factory=dict)
     comparison_failed: bool = False  # set by the comparing builders
     targets: TargetRecords | None = None  # the other targets' records (captions)
+    outcomes: dict = field(default_factory=dict)  # docname -> its PageOutcome (outcome.py)
 
     def cached(self, found: Collected) -> DocResult | None:
         """The cache entry for a page's current key, read (and checksummed) once per build."""

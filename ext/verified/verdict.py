@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from docutils import nodes
 
 from .align import align
-from .model import FAILED, FAILED_BECAUSE, NOT_RUN_THERE, Block, DocSettings
+from .model import (FAILED, FAILED_BECAUSE, NOT_RUN, NOT_RUN_THERE, SKIPPED, Block,
+                     DocSettings)
 from .record import RecordedBlock, UnreadableRecord, compare, source_digest
 from .render import folded, in_readers_words, output_nodes
 from .replay import warn_unreadable
@@ -77,18 +78,21 @@ class Verdict:
 def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
             record: TargetRecord | None, target: Target,
             normalizers: dict[str, tuple[tuple[str, str], ...]],
-            settings: DocSettings | None = None) -> Verdict | None:
+            settings: DocSettings | None = None, last_run: bool = False) -> Verdict | None:
     """How ``block`` behaves on ``target``, from the committed records alone: None for a
     block that never runs there (skip-execution, or only on another platform);
     not-verified when either record is stale for it (the block, or one before it, changed
-    since that run). ``settings`` are the page's: the devices and processes it asks for."""
+    since that run). ``settings`` are the page's: the devices and processes it asks for.
+    ``last_run``: how it behaved in the target's last run of its unchanged source instead,
+    verified now or not (what that platform showed, not what it verifies)."""
     if block.skip or (block.platform and block.platform != target.name):
         return None
     settings = settings or DocSettings()
     if target.no_multiprocess and settings.processes > 1:  # what the page is, not what ran
         return Verdict(NOT_THERE, target, detail=target.no_multiprocess)
     host_devices = settings.host_devices
-    recorded = record.verified_for(block, blocks) if record else None
+    recorded = None if record is None else (last_run_entry(record, block, blocks) if last_run
+                                            else record.verified_for(block, blocks))
     date = record.environment.date if record else ""
     if recorded is None:
         return Verdict(UNVERIFIED, target, detail=why_unverified(block, blocks, record, target))
@@ -118,6 +122,15 @@ def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
     if comparison.verdict == "match":
         return Verdict(SAME, target, recorded=recorded)
     return Verdict(DIFFERS, target, detail=comparison.diff, recorded=recorded)
+
+
+def last_run_entry(record: TargetRecord, block: Block, blocks: tuple[Block, ...]
+                   ) -> TargetBlock | None:
+    """The entry of the block's unchanged source in a target's record, paired by source in
+    page order (``align.py``), whether or not that run verifies the block now."""
+    pairs = align([source_digest(b.source) for b in blocks],
+                  [recorded.source_sha256 for recorded in record.blocks])
+    return record.blocks[pairs[block.index]] if block.index in pairs else None
 
 
 def why_unverified(block: Block, blocks: tuple[Block, ...], record: TargetRecord | None,
@@ -175,13 +188,15 @@ class TargetRecords:
 
     def verdicts(self, docname: str, block: Block, blocks: tuple[Block, ...],
                  main: RecordedBlock | None, settings: DocSettings | None = None,
-                 targets: tuple[Target, ...] | None = None) -> list[Verdict]:
-        """The block's verdict on each target (``targets``: these only), None left out."""
+                 targets: tuple[Target, ...] | None = None,
+                 last_run: bool = False) -> list[Verdict]:
+        """The block's verdict on each target (``targets``: these only), None left out;
+        ``last_run``: in each target's last run (``verdict``)."""
         found = []
         for target in self.targets if targets is None else targets:
             result = verdict(as_on_target(self.config, docname, block, target), blocks, main,
                              self.get(target, docname), target, self.config.normalizers,
-                             settings)
+                             settings, last_run)
             if result is not None:
                 found.append(result)
         return found
@@ -194,6 +209,28 @@ class TargetRecords:
         record = self.get(target, docname) if target else None
         recorded = record.verified_for(block, blocks) if record else None
         return (target, record, recorded) if recorded is not None else None
+
+    def last_run_there(self, docname: str, block: Block, blocks: tuple[Block, ...]
+                       ) -> tuple[Target, TargetRecord, TargetBlock] | None:
+        """For a block that runs on one platform alone and is not verified there now: the
+        entry of its unchanged source in that platform's last run (paired by source, as the
+        main record pairs blocks), when it ran there. What it printed then is all there is
+        until the platform runs the page again; it is shown as that, never as current."""
+        target = next((t for t in self.config.platforms if t.name == block.platform), None)
+        record = self.get(target, docname) if target else None
+        if record is None or record.reason:
+            return None
+        recorded = last_run_entry(record, block, blocks)
+        if recorded is None or recorded.status in (SKIPPED, NOT_RUN, NOT_RUN_THERE,
+                                                   FAILED_BECAUSE):
+            return None  # the block itself changed, or it printed nothing of its own
+        return target, record, recorded
+
+
+def stale_mark(label: str, date: str) -> str:
+    """How an output of a platform's earlier run reads where it is shown before that platform
+    has run the page's current code (the block's caption and each value glued from it)."""
+    return f"from the {label} run of {date}, not yet re-verified there after an edit"
 
 
 def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
