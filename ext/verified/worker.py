@@ -511,6 +511,7 @@ def main() -> None:
         if block_result["status"] == "failed" and not job.get("keep_going"):
             break
     emit({"event": "environment", "environment": _environment()})
+    quiet_daemon_threads()
     if job.get("report_exit"):  # the parent waits for the exit handlers and hears of them
         ended = run_exit_handlers(shell, capture)
         if ended is not None:
@@ -525,6 +526,22 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def quiet_daemon_threads() -> None:
+    """From here to the end, a daemon thread's exception is not printed. IPython's exit
+    handler clears the page's namespace (so that objects are finalized as at a real exit),
+    and a daemon thread still running then fails on a name it no longer finds; a real
+    interpreter stops its daemon threads silently at its end, so the page is not blamed.
+    Other threads' exceptions are printed as before."""
+    printed = threading.excepthook
+
+    def hook(args) -> None:
+        if args.thread is not None and args.thread.daemon:
+            return
+        printed(args)
+
+    threading.excepthook = hook
 
 
 def run_exit_handlers(shell, capture: Capture) -> dict[str, Any] | None:
