@@ -39,8 +39,7 @@ endif
 venv: $(VENV)/.installed
 
 # `SYSTEM=1`: the machine's own Python must hold what a platform build imports, with the pinned
-# jax and jaxlib; else say which
-# are missing, before Sphinx is asked for.
+# jax and jaxlib; else say what is missing or differs, before Sphinx is asked for.
 system-python:
 	@$(SYSTEM_PYTHON) ext/verified/system_python.py requirements.txt
 
