@@ -73,6 +73,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                            f"{sign!r}; where the page means it, declare :stderr: failure",
                            location=(docname, block.line), type="verified",
                            subtype="stderr-failure")
+            app.env.note_reread()  # reported until mended (or declared)
         verification = outcome.verifications[block.index]
         prompt = next(iter(node.findall(nodes.paragraph)), None)
         verdicts = [item for item in outcome.verdicts[block.index]
