@@ -110,3 +110,25 @@ def test_the_interpreter_s_end_is_reported_at_the_page_s_last_block():
     assert logged.status == "ran"
     assert [(o.kind, o.text) for o in logged.outputs] == [
         ("stdout", "last\n"), ("stderr", "At the interpreter's exit:\njax.foo failed\n")]
+
+
+def test_an_event_callback_s_error_is_the_block_s():
+    """IPython prints what an event callback raised and goes on; here the block that
+    registered it fails with it, and the cell's own error, where there is one, comes first."""
+    from verified.execute import run_document
+    from verified.model import Block, DocJob, DocSettings
+
+    callback = ("def check(result):\n"
+                "    raise ValueError('post_run_cell check failed')\n"
+                "get_ipython().events.register('post_run_cell', check)\n")
+    blocks = (Block(0, 1, callback), Block(1, 11, "print('next')"),
+              Block(2, 21, "1 / 0", raises="ZeroDivisionError"))
+    job = DocJob("page", "page.md", DocSettings(), blocks, key="k")
+    results = run_document(job, default_timeout=30.0, extra_env={}, keep_going=True).blocks
+    assert [(r.status, r.failure) for r in results] == [
+        ("failed", "the block raised ValueError"), ("failed", "the block raised ValueError"),
+        ("expected-error", None)]
+    assert results[1].outputs[0].text == "next\n"
+    assert results[1].outputs[-1].text.endswith(
+        "in check\n    raise ValueError('post_run_cell check failed')\n"
+        "ValueError: post_run_cell check failed")
