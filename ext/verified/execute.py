@@ -184,7 +184,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         if finished or closed:  # it exits by itself: let it, so that its status is its own
             wait_unreaped(process, EXIT_LIMIT if finished else CLOSED_EXIT_LIMIT)
         stop.ended(process.pid)  # before it is reaped: its pid cannot be another's yet
-        kill(process)  # the page's whole group: what it left running ends with it
+        kill(process, private_dir)  # the page's whole group, and what it left running
         if held is not None:
             gate.release(held)
         events.close()
