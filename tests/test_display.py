@@ -93,7 +93,8 @@ def test_the_notebook_check_takes_a_display_error_as_the_cell_s_error():
 
 
 def test_the_interpreter_s_end_is_reported_at_the_page_s_last_block():
-    """An exit handler that ends the interpreter, or that logs a failure, is not lost."""
+    """An exit handler that ends the interpreter, or that logs a failure, is not lost; nor
+    is what the handlers wrote to stderr before one ended it."""
     from verified.execute import run_document
     from verified.model import Block, DocJob, DocSettings
 
@@ -105,6 +106,11 @@ def test_the_interpreter_s_end_is_reported_at_the_page_s_last_block():
     crashed = last_block("import atexit, os\natexit.register(os._exit, 3)")
     assert (crashed.status, crashed.failure) == (
         "failed", "the interpreter exited with status 3 while its exit handlers ran")
+    crashed = last_block("import atexit, os, sys\n"
+                         "atexit.register(os._exit, 3)\n"
+                         "atexit.register(lambda: print('jax.bar failed', file=sys.stderr))")
+    assert (crashed.status, crashed.outputs[-1].text) == (
+        "failed", "At the interpreter's exit:\njax.bar failed\n")
     logged = last_block("import atexit, sys\n"
                         "atexit.register(lambda: print('jax.foo failed', file=sys.stderr))")
     assert logged.status == "ran"
@@ -132,3 +138,20 @@ def test_an_event_callback_s_error_is_the_block_s():
     assert results[1].outputs[-1].text.endswith(
         "in check\n    raise ValueError('post_run_cell check failed')\n"
         "ValueError: post_run_cell check failed")
+
+
+def test_what_exit_handlers_printed_before_they_hung_is_shown(monkeypatch):
+    """Handlers run last registered first: the one that logs, then the one that hangs."""
+    from verified import execute
+    from verified.model import Block, DocJob, DocSettings
+
+    monkeypatch.setattr(execute, "EXIT_LIMIT", 1.0)
+    blocks = (Block(0, 1, "import atexit, sys, time\n"
+                          "atexit.register(time.sleep, 60)\n"
+                          "atexit.register(lambda: print('jax.baz failed', file=sys.stderr));"),)
+    job = DocJob("page", "page.md", DocSettings(), blocks, key="k")
+    last = execute.run_document(job, default_timeout=30.0, extra_env={}).blocks[-1]
+    assert last.status == "failed"
+    assert last.failure.startswith("the page's exit handlers (atexit) did not end within 1 s")
+    assert [(o.kind, o.text) for o in last.outputs] == [
+        ("stderr", "At the interpreter's exit:\njax.baz failed\n")]

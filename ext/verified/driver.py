@@ -96,7 +96,7 @@ def fallback_environment() -> Environment:
     )
 
 
-def partial_outputs(capture_dir: str, index: int) -> list[Output]:
+def partial_outputs(capture_dir: str, index: int | str) -> list[Output]:
     outputs = []
     for kind in ("stdout", "stderr"):
         path = Path(capture_dir, f"{index}.{kind}")
