@@ -81,7 +81,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         # (a block that runs on one platform alone: its caption speaks for that platform)
         depending += [item for item in verdicts if item.kind == DEPENDS]
         verdicts = [item for item in verdicts if item.kind != DEPENDS]  # said once, at the top
-        sections[block.index] = _section_title(node)
+        sections[block.index] = found.sections[block.index]
         environment = verification.recorded_environment if block.index in outcome.elsewhere \
             else result.environment
         cell = render_block(block, block_result, environment, verification, prompt,
@@ -103,15 +103,6 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         # The page's doctree is kept while its text and results stay as they are: read it
         # again next build, so that the problem is reported until it is mended.
         app.env.note_reread()
-
-
-def _section_title(node: nodes.Node) -> str:
-    """The title of the section a block stands in (how the page names where it is)."""
-    section = node.parent
-    while section is not None and not isinstance(section, nodes.section):
-        section = section.parent
-    title = next(iter(section.findall(nodes.title)), None) if section is not None else None
-    return title.astext() if title is not None else ""
 
 
 def _insert_at_top(doctree: nodes.document, notes: list[nodes.Node]) -> None:
