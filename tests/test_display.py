@@ -4,6 +4,8 @@ formatted, and a failure that a passing block's stderr reports. Plain Python, no
 
 from __future__ import annotations
 
+import os
+
 from verified.capture_rules import failure_sign
 
 
@@ -26,6 +28,14 @@ def test_every_hidden_failure_is_located(site):
     build = display.build()
     assert build.app.statuscode == 1
     assert build.warning_lines() == HIDDEN
+    # The build's log says it of the page too, where its blocks passed.
+    log = build.status.replace(os.path.relpath(build.app.srcdir) + "/", "")
+    said = {line.split(": ")[0].strip(): line.rsplit("s, ", 1)[-1]
+            for line in log.splitlines() if line.strip().startswith("executed ")}
+    assert said["executed stderr"] == "ok, but stderr says something failed (stderr.md:5, " \
+                                      "stderr.md:16)"
+    assert said["executed exitlog"] == "ok, but stderr says something failed (exitlog.md:3)"
+    assert said["executed html"] == "ok"
     # Said again by the next build, from the cache, until the page is mended.
     assert display.build().warning_lines() == HIDDEN
     # Each error with its traceback, down to the page's own frame that raised.

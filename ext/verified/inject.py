@@ -14,10 +14,9 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 
 from . import glue
-from .capture_rules import failure_sign
 from .directive import code_cell
 from .locate import failure_line
-from .model import BlockResult, DocResult, Environment
+from .model import DocResult, Environment
 from .outcome import page_outcome
 from .outcome import result_of as _result_of
 from .render import failure_report, render_block
@@ -67,7 +66,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
             line = failure_line(block, block_result, found.code_lines[block.index])
             logger.error(failure_report(block, block_result, where), location=(docname, line),
                          type="verified", subtype="block-failed")
-        elif not block.stderr_failure and (sign := stderr_failure(block_result)):
+        elif not block.stderr_failure and (sign := block_result.failure_in_stderr()):
             where = f" on {block.platform}" if block.platform else ""
             logger.warning(f"code-cell passed{where}, but its stderr says something failed: "
                            f"{sign!r}; where the page means it, declare :stderr: failure",
@@ -137,9 +136,3 @@ def result_for(app: Sphinx, docname: str) -> DocResult | None:
     it has one."""
     return _result_of(state(app), docname)
 
-
-def stderr_failure(result: BlockResult) -> str | None:
-    """The first line of a block's stderr (any process's) that says something failed."""
-    outputs = [*result.outputs, *(o for other in result.others for o in other.outputs)]
-    return next((sign for output in outputs if output.kind == "stderr"
-                 and (sign := failure_sign(output.text))), None)
