@@ -143,8 +143,9 @@ def test_make_platform_system_asks_only_for_what_a_platform_build_imports(tmp_pa
     ready = python_with({"sphinx": "8.2.3"})
     assert (ready.returncode, ready.stderr) == (0, "")
     older = python_with({"jax": "0.4.38"})
+    pinned = pins((ROOT / "requirements.in").read_text())["jax"]
     assert older.returncode == 1
     assert older.stderr.splitlines() == [
-        f"make platform SYSTEM=1: {bare}/bin/python has jax 0.4.38 (pinned {pins((ROOT / 'requirements.in').read_text())['jax']}); the "
+        f"make platform SYSTEM=1: {bare}/bin/python has jax 0.4.38 (pinned {pinned}); the "
         f"records are compared against the pinned JAX, and another version prints otherwise: "
         f"install the pinned jax and jaxlib"]
