@@ -38,8 +38,8 @@ endif
 
 venv: $(VENV)/.installed
 
-# `SYSTEM=1`: the machine's own Python must hold the pinned requirements; else say which
-# are missing, before Sphinx is asked for.
+# `SYSTEM=1`: the machine's own Python must hold what a platform build imports, with the pinned
+# jax and jaxlib; else say what is missing or differs, before Sphinx is asked for.
 system-python:
 	@$(SYSTEM_PYTHON) ext/verified/system_python.py requirements.txt
 

@@ -275,3 +275,16 @@ def test_collect_notes_each_block_s_section_and_first_code_line(tmp_path):
     assert [block.line for block in found.job.blocks] == [3, 9, 20]
     assert found.sections == ("", "Shapes of x", "Shapes of x")
     assert found.code_lines == (4, 13, 21)
+
+
+def test_a_section_title_is_its_text_without_markup():
+    """How a chapter note names a section: as the heading reads, once, from the page's text."""
+    from verified.collect import plain_title
+
+    assert plain_title("The {func}`jax.jit` cache, `x` and ``a`b``") == (
+        "The jax.jit cache, x and a`b")
+    assert plain_title("*Why* **this** ***matters***") == "Why this matters"
+    assert plain_title("snake_case_name, _it_ and __bold__") == "snake_case_name, it and bold"
+    assert plain_title("See [the docs](https://example.org) now") == "See the docs now"
+    assert plain_title(r"A \*literal\* star, \\ and \_x\_") == r"A *literal* star, \ and _x_"
+    assert plain_title("On {py:func}`jax.numpy.__init__` and *x*") == "On jax.numpy.__init__ and x"

@@ -130,7 +130,10 @@ def _gone(pid: int, seconds: float = 2.0) -> bool:
     "    time.sleep(30)\n    os._exit(0)\ntime.sleep(0.5)",
     # a program run in the background by a shell: it inherits no pipe of the worker's
     "os.system('sleep 30 & echo $! > ' + os.environ['PID_FILE'])",
-], ids=["forked", "os.system"])
+    # a program in a session of its own: no group or subreaper of the crashed worker holds it
+    "import subprocess\nsleeper = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+    "open(os.environ['PID_FILE'], 'w').write(str(sleeper.pid))",
+], ids=["forked", "os.system", "session"])
 def test_a_crash_is_seen_at_once_though_a_child_lives_on(start, tmp_path, monkeypatch):
     """A process the page started holds nothing of the worker's: the worker's exit is
     reported as what it is, at once, and the page's processes end with it."""

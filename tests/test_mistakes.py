@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def test_make_platform_system_names_what_its_python_lacks(tmp_path):
     """`make platform SYSTEM=1` with a Python that lacks the pinned requirements says which
     (the top-level ones first) and how to install them, instead of `No module named sphinx`;
     with one that has them it goes on."""
-    from verified.system_python import pins
+    from verified.system_python import NOT_IMPORTED, pins
 
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
@@ -100,11 +101,51 @@ def test_make_platform_system_names_what_its_python_lacks(tmp_path):
     assert "No module named" not in done.stderr
     first = done.stderr.splitlines()[0]
     top = pins((ROOT / "requirements.in").read_text())
+    built = [name for name in top if name not in NOT_IMPORTED]
     assert first.startswith(f"make platform SYSTEM=1: {bare}/bin/python lacks "
-                            f"{len(pins((ROOT / 'requirements.txt').read_text()))} of the pinned "
-                            f"requirements (jax=={top['jax']}, jaxlib=={top['jaxlib']}, "
+                            f"{len(built)} of the packages a platform build imports "
+                            f"(jax=={top['jax']}, jaxlib=={top['jaxlib']}, "
                             f"sphinx=={top['sphinx']}, ")
-    assert f"install them with `{bare}/bin/python -m pip install -r requirements.txt`" in first
+    assert f"install them with `{bare}/bin/python -m pip install` and the pins of " \
+           f"requirements.txt" in first
     ready = subprocess.run(["make", "-s", "system-python", f"SYSTEM_PYTHON={sys.executable}"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ready.returncode == 0, ready.stderr
+
+
+def test_make_platform_system_asks_only_for_what_a_platform_build_imports(tmp_path):
+    """A TPU VM's Python without the test suite's packages (pytest, playwright, nbclient,
+    ipykernel) may build; a Sphinx of another version too; a JAX of another version may not.
+    The machine's packages are stood for by their metadata alone (no JAX is imported)."""
+    from importlib import metadata
+
+    from verified.system_python import imported, pins
+
+    def python_with(versions: dict[str, str]) -> subprocess.CompletedProcess:
+        site = tmp_path / "site"
+        shutil.rmtree(site, ignore_errors=True)
+        for name in imported(list(pins((ROOT / "requirements.in").read_text()))):
+            if name in test_only:
+                continue
+            info = site / f"{name.replace('-', '_')}-0.dist-info"
+            info.mkdir(parents=True)
+            text = metadata.distribution(name).read_text("METADATA")
+            if name in versions:
+                text = re.sub(r"(?m)^Version: .*$", f"Version: {versions[name]}", text)
+            (info / "METADATA").write_text(text)
+        return subprocess.run([f"{bare}/bin/python", "ext/verified/system_python.py",
+                               "requirements.txt"], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)
+
+    test_only = {"pytest", "playwright", "greenlet", "nbclient", "ipykernel", "debugpy"}
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    ready = python_with({"sphinx": "8.2.3"})
+    assert (ready.returncode, ready.stderr) == (0, "")
+    older = python_with({"jax": "0.4.38"})
+    pinned = pins((ROOT / "requirements.in").read_text())["jax"]
+    assert older.returncode == 1
+    assert older.stderr.splitlines() == [
+        f"make platform SYSTEM=1: {bare}/bin/python has jax 0.4.38 (pinned {pinned}); the "
+        f"records are compared against the pinned JAX, and another version prints otherwise: "
+        f"install the pinned jax and jaxlib"]

@@ -237,7 +237,7 @@ def _recorded(tmp_path, job: DocJob, result: DocResult):
     return record
 
 
-def test_replay_restores_images_and_every_process(tmp_path):
+def test_replay_restores_images_and_every_process(tmp_path, monkeypatch):
     job = _page("plot()", "print(1)", processes=2)
     figure = Output(kind="display", text="<Figure>", data={"image/png": PNG})
     result = DocResult("page", "k", ENVIRONMENT, [
@@ -248,8 +248,12 @@ def test_replay_restores_images_and_every_process(tmp_path):
     ])
     record = _recorded(tmp_path, job, result)
     assert record.blocks[0].outputs[0].data["image/png"].startswith("sha256:")
+    reads = []
+    monkeypatch.setattr(Path, "read_bytes",
+                        lambda path, read=Path.read_bytes: reads.append(path) or read(path))
     replayed = replay(job, record, IDENTITY, tmp_path)
     assert replayed.reason == ""
+    assert len(reads) == 2  # each image read (and its digest checked) once
     blocks = replayed.result.blocks
     assert blocks[0].outputs[0].data == {"image/png": PNG}
     assert blocks[0].others[0].outputs[0].data == {"image/png": PNG}

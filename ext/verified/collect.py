@@ -183,9 +183,33 @@ def section_titles(text: str) -> dict[int, str]:
         elif opening:
             fence = opening.group(1)
         elif _HEADING.match(line):
-            current = _HEADING.match(line).group(2).replace("`", "")
+            current = plain_title(_HEADING.match(line).group(2))
         titles[number] = current
     return titles
+
+
+_CODE = re.compile(r"((?:\{[^{}`]+\})?(`+)(.*?)\2)")  # a code span, or a role: {func}`x`
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_STARS = re.compile(r"(\*{1,3})(?=\S)(.+?)(?<=\S)\1")
+_UNDERSCORES = re.compile(r"(?<!\w)(_{1,3})(?=\S)(.+?)(?<=\S)\1(?!\w)")
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_ESCAPED = 0xE000  # escaped characters stand in the private use area while markup is read
+
+
+def plain_title(heading: str) -> str:
+    """A MyST heading's text as the page shows it: roles and code spans as their text,
+    links as theirs, emphasis markers and backslash escapes gone."""
+    pieces = _CODE.split(heading)
+    plain = []
+    for at in range(0, len(pieces), 4):  # text, then a code span's (whole, ticks, content)
+        text = _ESCAPE.sub(lambda m: chr(_ESCAPED + ord(m.group(1))), pieces[at])
+        for markup in (_LINK, _STARS, _UNDERSCORES):
+            text = markup.sub(lambda m: m.group(m.lastindex), text)
+        plain.append(re.sub("[\ue000-\ue07f]", lambda m: chr(ord(m.group()) - _ESCAPED),
+                            text))
+        if at + 3 < len(pieces):
+            plain.append(pieces[at + 3].strip() if pieces[at + 2] != "`" else pieces[at + 3])
+    return "".join(plain)
 
 
 EXERCISE_ROLES = ("exercise-starter", "exercise-solution", "exercise-check")

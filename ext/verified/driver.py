@@ -19,11 +19,15 @@ from pathlib import Path
 from .capture_rules import read_stream
 from .hang import SlowNotice
 from .model import DocJob, DocSettings, Environment, Output
-from .reap import end_processes
+from .reap import end_marked, end_processes
 
 WORKER = Path(__file__).with_name("worker.py")
 AFFINITY_VARIABLE = "VERIFIED_CPU_AFFINITY"  # read (and removed) by worker.py
 PARENT_VARIABLE = "VERIFIED_PARENT"  # likewise: the build's pid; the worker ends with it
+# Kept in the worker's environment, so every process the page starts inherits it: what the
+# page left running is found by it after the worker is gone (``reap.end_marked``). Its value,
+# the page's private folder, is this page run's alone.
+PAGE_VARIABLE = "VERIFIED_PAGE"
 STARTUP_LIMIT = 120.0  # seconds for the interpreter and IPython to come up
 # Host devices are threads: on a busy machine one can miss XLA's 40 s collective rendezvous,
 # and XLA then aborts the process. Blocks keep their own time limits, so wait longer here.
@@ -66,6 +70,7 @@ def worker_env(job: DocJob, extra_env: dict[str, str], private_dir: str,
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONHASHSEED", "0")
     env[PARENT_VARIABLE] = str(os.getpid())  # the worker ends when this process does
+    env[PAGE_VARIABLE] = private_dir
     if cores:
         env[AFFINITY_VARIABLE] = ",".join(map(str, cores))
     return env
@@ -91,7 +96,7 @@ def fallback_environment() -> Environment:
     )
 
 
-def partial_outputs(capture_dir: str, index: int) -> list[Output]:
+def partial_outputs(capture_dir: str, index: int | str) -> list[Output]:
     outputs = []
     for kind in ("stdout", "stderr"):
         path = Path(capture_dir, f"{index}.{kind}")
@@ -189,8 +194,12 @@ def wait_unreaped(process: subprocess.Popen, limit: float = EXIT_LIMIT) -> None:
         time.sleep(0.005)
 
 
-def kill(process: subprocess.Popen) -> None:
+def kill(process: subprocess.Popen, page: str | None = None) -> None:
     """Ends the worker's process group, what its page started anywhere below it, then reaps
-    it."""
+    it; then what carries the page's mark (``page``, the ``PAGE_VARIABLE`` it was given):
+    what the page started in a session of its own and its worker, dead by a crash, no longer
+    held below it."""
     end_processes(group=process.pid)
     process.wait()
+    if page is not None:
+        end_marked(PAGE_VARIABLE, page)

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 from . import stop
+from .capture_rules import block_stderr
 from .driver import (CLOSED_EXIT_LIMIT, EXIT_LIMIT, SCRATCH_DELETED, STARTUP_LIMIT, WORKER,
                      describe_exit, end_block_limits, fallback_environment, kill,
                      partial_outputs, select_within_limits, start_limits, wait_unreaped,
@@ -184,7 +185,7 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
         if finished or closed:  # it exits by itself: let it, so that its status is its own
             wait_unreaped(process, EXIT_LIMIT if finished else CLOSED_EXIT_LIMIT)
         stop.ended(process.pid)  # before it is reaped: its pid cannot be another's yet
-        kill(process)  # the page's whole group: what it left running ends with it
+        kill(process, private_dir)  # the page's whole group, and what it left running
         if held is not None:
             gate.release(held)
         events.close()
@@ -198,7 +199,9 @@ def _drive_worker(job, capture_dir, workdir, private_dir, default_timeout, extra
     if not finished and environment is not None:  # its blocks were over: it ended at exit
         if failure is None:
             failure = describe_exit(process.returncode) + " while its exit handlers ran"
-        _at_exit(results, {"failure": failure})
+        # with what they wrote to stderr before they hung or crashed
+        said = "".join(o.text for o in partial_outputs(capture_dir, "exit") if o.kind == "stderr")
+        _at_exit(results, {"failure": failure, "stderr": block_stderr(said)})
     elif not finished and running is None:
         # The worker died between blocks (while starting up, say): blame the next block.
         done = {result.index for result in results}

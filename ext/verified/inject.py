@@ -14,10 +14,9 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 
 from . import glue
-from .capture_rules import failure_sign
 from .directive import code_cell
 from .locate import failure_line
-from .model import BlockResult, DocResult, Environment
+from .model import DocResult, Environment
 from .outcome import page_outcome
 from .outcome import result_of as _result_of
 from .render import failure_report, render_block
@@ -67,12 +66,13 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
             line = failure_line(block, block_result, found.code_lines[block.index])
             logger.error(failure_report(block, block_result, where), location=(docname, line),
                          type="verified", subtype="block-failed")
-        elif not block.stderr_failure and (sign := stderr_failure(block_result)):
+        elif not block.stderr_failure and (sign := block_result.failure_in_stderr()):
             where = f" on {block.platform}" if block.platform else ""
             logger.warning(f"code-cell passed{where}, but its stderr says something failed: "
                            f"{sign!r}; where the page means it, declare :stderr: failure",
                            location=(docname, block.line), type="verified",
                            subtype="stderr-failure")
+            app.env.note_reread()  # reported until mended (or declared)
         verification = outcome.verifications[block.index]
         prompt = next(iter(node.findall(nodes.paragraph)), None)
         verdicts = [item for item in outcome.verdicts[block.index]
@@ -80,7 +80,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         # (a block that runs on one platform alone: its caption speaks for that platform)
         depending += [item for item in verdicts if item.kind == DEPENDS]
         verdicts = [item for item in verdicts if item.kind != DEPENDS]  # said once, at the top
-        sections[block.index] = _section_title(node)
+        sections[block.index] = found.sections[block.index]
         environment = verification.recorded_environment if block.index in outcome.elsewhere \
             else result.environment
         cell = render_block(block, block_result, environment, verification, prompt,
@@ -102,15 +102,6 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
         # The page's doctree is kept while its text and results stay as they are: read it
         # again next build, so that the problem is reported until it is mended.
         app.env.note_reread()
-
-
-def _section_title(node: nodes.Node) -> str:
-    """The title of the section a block stands in (how the page names where it is)."""
-    section = node.parent
-    while section is not None and not isinstance(section, nodes.section):
-        section = section.parent
-    title = next(iter(section.findall(nodes.title)), None) if section is not None else None
-    return title.astext() if title is not None else ""
 
 
 def _insert_at_top(doctree: nodes.document, notes: list[nodes.Node]) -> None:
@@ -145,9 +136,3 @@ def result_for(app: Sphinx, docname: str) -> DocResult | None:
     it has one."""
     return _result_of(state(app), docname)
 
-
-def stderr_failure(result: BlockResult) -> str | None:
-    """The first line of a block's stderr (any process's) that says something failed."""
-    outputs = [*result.outputs, *(o for other in result.others for o in other.outputs)]
-    return next((sign for output in outputs if output.kind == "stderr"
-                 and (sign := failure_sign(output.text))), None)

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .capture_rules import failure_sign
 from .tolerance import Tolerance
 
 # Block statuses, as they appear in the execution report.
@@ -173,6 +174,12 @@ class BlockResult:
     @property
     def failed(self) -> bool:
         return self.status == FAILED
+
+    def failure_in_stderr(self) -> str | None:
+        """The first line of the block's stderr (any process's) that says something failed."""
+        outputs = [*self.outputs, *(o for other in self.others for o in other.outputs)]
+        return next((sign for output in outputs if output.kind == "stderr"
+                     and (sign := failure_sign(output.text))), None)
 
 
 @dataclass

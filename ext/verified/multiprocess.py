@@ -35,6 +35,7 @@ import time
 
 from .driver import (
     CLOSED_EXIT_LIMIT,
+    PAGE_VARIABLE,
     SCRATCH_DELETED,
     STARTUP_LIMIT,
     WORKER,
@@ -48,7 +49,7 @@ from .driver import (
     worker_env,
 )
 from . import stop
-from .reap import end_processes
+from .reap import end_marked, end_processes
 from .gate import BlockGate
 from .hang import dump_stack, stuck_at
 from .model import (
@@ -392,6 +393,8 @@ def _end_group(group: int, workers: list[_Worker]) -> None:
                 stream.close()
             except (BrokenPipeError, OSError):
                 pass
+        # what it started in a session of its own, no longer below it if it crashed
+        end_marked(PAGE_VARIABLE, os.path.dirname(worker.capture_dir))
 
 
 def _raised_nothing(result: BlockResult) -> bool:

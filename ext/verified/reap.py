@@ -12,6 +12,11 @@ a process that does nothing but wait for the build's death (a pidfd, else a look
 worker's parent every ``PARENT_WATCH`` seconds) and then ends the page's processes. The guard
 dies with its worker (the parent-death signal), so a page that ends normally takes it along.
 
+A worker that crashes (``os._exit``, a segfault) takes its subreaping along: what its page
+started in a session of its own goes to init. Every process a page starts inherits the
+page's mark in its environment (``driver.PAGE_VARIABLE``), and ``end_marked`` ends those
+after the worker has gone.
+
 Standard library only: the worker loads this file by its path, as it does
 ``capture_rules.py``.
 """
@@ -106,6 +111,33 @@ def end_processes(*, group: int | None = None, below: int | None = None) -> None
             os.killpg(group, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def end_marked(variable: str, value: str) -> None:
+    """Kills every process whose environment holds ``variable=value`` (as it was when it
+    started: a process inherits its parent's), until none is left or END_LIMIT has passed:
+    what a page started where no subreaper holds it (its worker crashed). Linux only."""
+    if not sys.platform.startswith("linux"):
+        return
+    mark = b"\0" + f"{variable}={value}".encode() + b"\0"
+    me = os.getpid()
+    deadline = time.monotonic() + END_LIMIT
+    while True:
+        marked = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if mark in b"\0" + environ.read():
+                        marked.append(int(entry))
+            except OSError:  # another user's, or it exited meanwhile
+                continue
+        if not marked or time.monotonic() > deadline:
+            return
+        for pid in marked:
+            _signal(pid, signal.SIGKILL)
+        time.sleep(0.002)  # for them to exit (a zombie's environment reads empty)
 
 
 def guard(parent: int) -> bool:

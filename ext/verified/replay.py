@@ -60,17 +60,16 @@ def replay(job: DocJob, record: Record | None, identity: dict, record_dir: Path)
         return Replay(None, reason)
     blocks = []
     for block, recorded in zip(job.blocks, record.blocks):
-        missing = [path for output in _every_output(recorded)
-                   for path in _missing_images(output, record_dir)]
+        missing: list[Path] = []
+        outputs = _restored(recorded.outputs, record_dir, missing)
+        others = [ProcessResult(process=other.process, status=other.status,
+                                outputs=_restored(other.outputs, record_dir, missing),
+                                warnings=list(other.warnings))
+                  for other in recorded.others]
         if missing:
             return Replay(None, f"an image of block {block.index + 1} (line {block.line}) is "
                                 f"not in {IMAGES}/ beside the record",
                           restore=f"git checkout -- {os.path.relpath(missing[0])}")
-        outputs = _restored(recorded.outputs, record_dir)
-        others = [ProcessResult(process=other.process, status=other.status,
-                                outputs=_restored(other.outputs, record_dir),
-                                warnings=list(other.warnings))
-                  for other in recorded.others]
         blocks.append(BlockResult(index=block.index, status=recorded.status, outputs=outputs,
                                   warnings=list(recorded.warnings), others=others))
     return Replay(DocResult(docname=job.docname, key=job.key,
@@ -106,24 +105,19 @@ def recorded_identity(environment: Environment) -> dict:
             "platform": environment.platform or None}
 
 
-def _missing_images(output: Output, record_dir: Path) -> list[Path]:
-    """The images an output names that are not in ``images/`` as named (missing, or not
-    hashing to their digest)."""
-    return [image_path(record_dir, mime, value.removeprefix(_DIGEST))
-            for mime, value in output.data.items()
-            if mime.startswith("image/") and value.startswith(_DIGEST)
-            and _read_image(record_dir, mime, value.removeprefix(_DIGEST)) is None]
-
-
-def _restored(outputs: list[Output], record_dir: Path) -> list[Output]:
-    """The outputs with each image read back from ``images/`` (all there: ``_missing_images``
-    found none)."""
+def _restored(outputs: list[Output], record_dir: Path, missing: list[Path]) -> list[Output]:
+    """The outputs with each image read back from ``images/``, each read and checked once;
+    where one is not there as named (missing, or not hashing to its digest), its path is
+    added to ``missing``."""
     restored = []
     for output in outputs:
         data = {}
         for mime, value in output.data.items():
             if mime.startswith("image/") and value.startswith(_DIGEST):
-                value = _read_image(record_dir, mime, value.removeprefix(_DIGEST))
+                digest = value.removeprefix(_DIGEST)
+                value = _read_image(record_dir, mime, digest)
+                if value is None:
+                    missing.append(image_path(record_dir, mime, digest))
             data[mime] = value
         restored.append(dataclasses.replace(output, data=data))
     return restored

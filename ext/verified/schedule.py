@@ -243,6 +243,17 @@ def stopped_at(job, result) -> str:
             f"({os.path.relpath(job.path)}:{line})")
 
 
+def stderr_note(job, result) -> str:
+    """How a page whose blocks passed is said: "ok", or where a block's stderr (one that
+    does not declare ``:stderr: failure``) says something failed, as its warning says."""
+    said = [block for block in job.blocks if not block.stderr_failure
+            and result.blocks[block.index].failure_in_stderr()]
+    if not said:
+        return "ok"
+    where = ", ".join(f"{os.path.relpath(job.path)}:{block.line}" for block in said)
+    return f"ok, but stderr says something failed ({where})"
+
+
 def cache_unwritable(err: OSError) -> str:
     """What an execution cache that cannot be written means, and what to do about it."""
     return (f"the execution cache cannot be written ({err.strerror or err}: {err.filename}), so "
@@ -267,8 +278,8 @@ def _run_all(app: Sphinx, jobs: list) -> None:
             if len(unstored) == 1:
                 logger.warning(cache_unwritable(err), location=(job.docname, 1),
                                type="verified", subtype="cache")
-        status = ("ok" if not result.failed else stopped_at(job, result) if stop.stopping()
-                  else "failed")
+        status = ("failed" if result.failed and not stop.stopping() else
+                  stopped_at(job, result) if result.failed else stderr_note(job, result))
         logger.info(f"  executed {job.docname}: {len(job.blocks)} blocks, "
                     f"{result.duration:.1f} s, {status}")
         return result

@@ -133,10 +133,21 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
         displayhook_class = SinkDisplayHook
         display_pub_class = SinkDisplayPublisher
 
+        # The exception of an event callback (pre_run_cell, post_run_cell, ...): IPython
+        # prints it and goes on; kept here, it is the block's error. Reset for each block.
+        callback_error: BaseException | None = None
+
         # Errors are taken from the ExecutionResult and formatted by this module. A display
         # formatter hands its exception here and goes on without the value: raised again, it
         # is the block's error, where the value was shown (the trailing value, display()).
+        # An event callback's exception comes with no exc_tuple, from inside IPython's
+        # handler: raised, it would leave run_cell, so it is kept (so does the cell's own
+        # error, which the ExecutionResult holds and which comes first).
         def showtraceback(self, exc_tuple=None, *args, **kwargs):
+            if exc_tuple is None:
+                if self.callback_error is None:
+                    self.callback_error = sys.exc_info()[1]
+                return
             error = display_error(exc_tuple)
             if error is not None:
                 raise error
@@ -163,6 +174,7 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
     config.InteractiveShell.colors = "nocolor"
     config.InteractiveShell.autocall = 0
     shell = WorkerShell.instance(config=config)
+    shell.events.print_on_error = False  # its "Error in callback ..." line: the error says it
     return shell
 
 
@@ -335,6 +347,7 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
     wall_started = time.time()
     with warnings.catch_warnings(record=True) as caught:
         shell.execution_count = index + 1
+        shell.callback_error = None
         result = shell.run_cell(block["source"], store_history=True)
         settle()
         drawing_error = _flush_figures(sink)
@@ -356,7 +369,8 @@ def run_block(shell, block: dict[str, Any], capture: Capture, sink: list) -> dic
         outputs.append({"kind": kind, "text": text, "data": kept, "name": name})
 
     cell_names = {name: number for name, number in shell.compile._filename_map.items()}
-    exc = result.error_before_exec or result.error_in_exec or drawing_error
+    exc = (result.error_before_exec or result.error_in_exec or drawing_error
+           or shell.callback_error)
     warning_records = []
     for item in caught:
         if not is_block_warning(str(item.message)):
@@ -511,6 +525,7 @@ def main() -> None:
         if block_result["status"] == "failed" and not job.get("keep_going"):
             break
     emit({"event": "environment", "environment": _environment()})
+    quiet_daemon_threads()
     if job.get("report_exit"):  # the parent waits for the exit handlers and hears of them
         ended = run_exit_handlers(shell, capture)
         if ended is not None:
@@ -525,6 +540,22 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def quiet_daemon_threads() -> None:
+    """From here to the end, a daemon thread's exception is not printed. IPython's exit
+    handler clears the page's namespace (so that objects are finalized as at a real exit),
+    and a daemon thread still running then fails on a name it no longer finds; a real
+    interpreter stops its daemon threads silently at its end, so the page is not blamed.
+    Other threads' exceptions are printed as before."""
+    printed = threading.excepthook
+
+    def hook(args) -> None:
+        if args.thread is not None and args.thread.daemon:
+            return
+        printed(args)
+
+    threading.excepthook = hook
 
 
 def run_exit_handlers(shell, capture: Capture) -> dict[str, Any] | None:
