@@ -19,8 +19,10 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 # Top-level requirements (requirements.in) for the test suite alone, and what myst-nb
 # declares for running notebooks, which the pages' `from myst_nb import glue` never loads:
-# a platform build imports none of them, nor what only they pull in.
-NOT_IMPORTED = frozenset({"pytest", "nbclient", "ipykernel", "playwright", "jupyter-cache"})
+# a platform build imports none of them, nor the HTML theme (only `make html` loads it), nor
+# what only they pull in.
+NOT_IMPORTED = frozenset({"pytest", "nbclient", "ipykernel", "playwright", "jupyter-cache",
+                          "sphinx-book-theme"})
 # A version other than the pin changes what a page prints (and the records are compared
 # against the pinned JAX): these must match. Other versions are not compared.
 EXACT = ("jax", "jaxlib")
