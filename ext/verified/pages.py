@@ -433,11 +433,12 @@ class PlatformsMatrix(_VerdictPage):
                 for block, item in page.verdicts.get(platform.name, []):
                     if item.kind not in self.EXPLAINED:
                         continue
-                    cause = next((c for c in causes if c.explains(page.docname, block, item)),
-                                 None)
-                    if cause is None:
+                    # A block can differ for more than one reason (an assertion, then errors
+                    # printed at the interpreter's exit): each cause it shows lists it.
+                    explaining = [c for c in causes if c.explains(page.docname, block, item)]
+                    if not explaining:
                         unexplained.append((page.docname, block, item))
-                    else:
+                    for cause in explaining:
                         grouped[cause.key].append((page.docname, block))
                         used.add(cause.key)
             # Pages whose current code the platform has not all run: a cause they showed
