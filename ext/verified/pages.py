@@ -396,7 +396,11 @@ class PlatformsMatrix(_VerdictPage):
             return []
         platforms = build.config.platforms
         if not self._reader_build():
-            return []  # a build that writes or checks records publishes no page
+            # A build that writes or checks records publishes no page, but a chapter's {ref}
+            # to a cause must still resolve there.
+            for cause in causes:
+                self._cause_item(cause)
+            return []
         if not platforms:
             text = "No platform is verified (verified_platforms is empty)."
             return [nodes.paragraph(text, text)]
