@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import json
 import re
+import shutil
 from html import unescape
 from pathlib import Path
 
@@ -586,3 +587,22 @@ def test_a_platform_with_no_record_yet_takes_no_other_platform_s_text(site):
     assert "An operation the stand-in lacks (no block verified on Stand-in shows it now" \
         in differ[0]
     assert "An operation the stand-in lacks" not in differ[1]
+
+
+def test_a_block_that_differs_for_two_reasons_is_listed_under_both(platform_site, tmp_path):
+    """A block can differ for two reasons (its own failure, then errors printed when the
+    interpreter exits): every cause that explains it lists it, not only the first."""
+    from conftest import Site
+
+    copy, _, _ = platform_site
+    shutil.copytree(copy.path, tmp_path / "site", ignore=shutil.ignore_patterns("_build"))
+    again = Site(tmp_path / "site")
+    again.edit("platforms.md", "processes:\n", 'second-reason:\n  title: A second reason\n'
+               '  model: The same block, for another reason.\n  chapter: index\n'
+               '  errors: ["RuntimeError: UNIMPLEMENTED"]\nprocesses:\n')
+    built = again.build("html", fresh=True)
+    assert built.app.statuscode == 0, built.warnings
+    page = (again.path / "_build" / "html" / "platforms.html").read_text(encoding="utf-8")
+    text = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", page)))
+    for title in ("An operation the stand-in lacks", "A second reason"):
+        assert re.search(re.escape(title) + r" \(1 block;.*?Shown by index, line \d+", text), title
