@@ -27,7 +27,7 @@ from verified.verdict import Verdict
 
 # The modules the kernel needs, in import order: the engine's comparison and the check.
 # They import only the standard library, IPython and each other (a test holds them to it).
-MODULES = ("tolerance", "model", "align", "record", "capture_rules", "selfcheck")
+MODULES = ("tolerance", "capture_rules", "model", "align", "record", "selfcheck")
 CPU_LABEL = "CPU"
 
 

@@ -29,6 +29,20 @@ SLOW_OPERATION_ALARM = re.compile(
 HOST_ADVISORY = re.compile(r"Transparent hugepages are not enabled\.")
 
 
+def published(data: dict, metadata: dict | None) -> list[tuple[str, dict]]:
+    """What one display publication adds to a block's outputs: a ``display``, or for
+    MyST-NB's ``glue`` (metadata ``scrapbook``) a named ``glue`` value, whose MIME keys carry a
+    prefix unless the value is also displayed (then a ``display`` of it comes first)."""
+    glued = (metadata or {}).get("scrapbook")
+    if not glued:
+        return [("display", dict(data))]
+    prefix = glued.get("mime_prefix", "")
+    bundle = {mime[len(prefix):]: value for mime, value in data.items()
+              if mime.startswith(prefix)}
+    shown = [] if prefix else [("display", dict(bundle))]
+    return [*shown, ("glue", {**bundle, "name": glued.get("name", "")})]
+
+
 def _size(count: int) -> str:
     if count < 1 << 10:
         return f"{count} bytes"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .capture_rules import (block_stderr, display_error, exception_text, is_block_warning,
-                            raised_as_declared, stream_text, without_colour)
+                            published, raised_as_declared, stream_text, without_colour)
 from .model import (EXPECTED_ERROR, FAILED, FAILED_BECAUSE, RAN, Block, BlockResult, Output,
                     WarningRecord)
 from .record import RecordedBlock, compare, source_digest
@@ -225,21 +225,12 @@ class Capture:
             self._undo.append(lambda: setattr(sys, name, stream))
 
     def _publish(self, data, metadata=None, *args, **kwargs) -> None:
-        glued = (metadata or {}).get("scrapbook")
         if str(data.get("text/html", "")).startswith(_RICH):
             # rich (JAX's visualize_array_sharding) prints a text table where the page ran,
             # but draws in colour for Jupyter: another picture, not comparable with the text.
             self.rich = True
             return
-        if not glued:
-            self.sink.append(("display", dict(data)))
-            return
-        prefix = glued.get("mime_prefix", "")
-        bundle = {mime[len(prefix):]: value for mime, value in data.items()
-                  if mime.startswith(prefix)}
-        if not prefix:
-            self.sink.append(("display", dict(bundle)))
-        self.sink.append(("glue", {**bundle, "name": glued.get("name", "")}))
+        self.sink.extend(published(data, metadata))  # the worker's rule
 
     def _mute(self, *args, **kwargs) -> None:
         self.muted = True

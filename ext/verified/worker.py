@@ -47,7 +47,8 @@ else:  # run as a script: the files beside this one, loaded unregistered, so tha
     _rules, _reap = _beside("capture_rules"), _beside("reap")
 without_colour, block_stderr, read_stream = (_rules.without_colour, _rules.block_stderr,
                                              _rules.read_stream)
-is_block_warning, raised_as_declared = _rules.is_block_warning, _rules.raised_as_declared
+is_block_warning, raised_as_declared, published = (_rules.is_block_warning,
+                                                    _rules.raised_as_declared, _rules.published)
 display_error, exception_message, exception_text, failure_sign = (
     _rules.display_error, _rules.exception_message, _rules.exception_text, _rules.failure_sign)
 
@@ -114,17 +115,7 @@ def _make_shell(sink: list[tuple[str, dict[str, Any]]]):
 
     class SinkDisplayPublisher(DisplayPublisher):
         def publish(self, data, metadata=None, source=None, **kwargs):
-            glued = (metadata or {}).get("scrapbook")
-            if not glued:
-                sink.append(("display", dict(data)))
-                return
-            # MyST-NB's glue: a named value, its MIME keys prefixed unless also displayed.
-            prefix = glued.get("mime_prefix", "")
-            bundle = {mime[len(prefix):]: value for mime, value in data.items()
-                      if mime.startswith(prefix)}
-            if not prefix:
-                sink.append(("display", dict(bundle)))
-            sink.append(("glue", {**bundle, "name": glued.get("name", "")}))
+            sink.extend(published(data, metadata))  # a display, or MyST-NB's glue
 
         def clear_output(self, wait=False):
             pass
