@@ -170,16 +170,21 @@ def load_record_json(path: Path) -> dict:
     return data
 
 
-def read_record(record_dir: Path, docname: str) -> Record | None:
-    """The page's record; None where there is none; ``UnreadableRecord`` where it is damaged."""
-    path = record_path(record_dir, docname)
+def read_record_file(path: Path, parse):
+    """``parse`` of the record at ``path``; None where there is none; ``UnreadableRecord``
+    where it is damaged (not JSON, or JSON that is not a record)."""
     if not path.exists():
         return None
     data = load_record_json(path)
     try:
-        return _record(data)
+        return parse(data)
     except (KeyError, TypeError, ValueError) as err:
         raise UnreadableRecord(path, 1, f"not a record: {err!r}") from None
+
+
+def read_record(record_dir: Path, docname: str) -> Record | None:
+    """The page's record; None where there is none; ``UnreadableRecord`` where it is damaged."""
+    return read_record_file(record_path(record_dir, docname), _record)
 
 
 def _record(data: dict) -> Record:

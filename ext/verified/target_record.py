@@ -34,7 +34,7 @@ from .model import (
     Output,
     WarningRecord,
 )
-from .record import BUILTIN_NORMALIZERS, UnreadableRecord, load_record_json, source_digest
+from .record import BUILTIN_NORMALIZERS, read_record_file, source_digest
 from .targets import Target
 
 
@@ -104,14 +104,7 @@ def write_target_record(record_dir: Path, target: Target, record: TargetRecord) 
 
 def read_target_record(record_dir: Path, target: Target, docname: str) -> TargetRecord | None:
     """None where there is none; ``UnreadableRecord`` where it is damaged."""
-    path = target_record_path(record_dir, target, docname)
-    if not path.exists():
-        return None
-    data = load_record_json(path)
-    try:
-        return _target_record(data)
-    except (KeyError, TypeError, ValueError) as err:
-        raise UnreadableRecord(path, 1, f"not a record: {err!r}") from None
+    return read_record_file(target_record_path(record_dir, target, docname), _target_record)
 
 
 def _target_record(data: dict) -> TargetRecord:
