@@ -9,7 +9,6 @@ import ast
 import dataclasses
 import json
 import re
-import shutil
 from html import unescape
 from pathlib import Path
 
@@ -164,10 +163,9 @@ def test_platforms_page_counts_agree_with_the_records(platform_site):
 
 def test_a_chapter_links_a_cause_by_its_label(platform_site):
     _, _, html = platform_site
-    link = re.search(r'<a class="reference internal" href="([^"]+)">(.*?)</a>\s*\.\s*</p>',
-                     html.html())
-    assert link and link.group(1) == "platforms.html#cause-own-output"
-    assert unescape(re.sub(r"<[^>]+>", "", link.group(2))) == "The stand-in prints its own name"
+    links = [(href, unescape(re.sub(r"<[^>]+>", "", text))) for href, text in re.findall(
+        r'<a class="reference internal" href="([^"]+)">(.*?)</a>', html.html(), re.S)]
+    assert ("platforms.html#cause-own-output", "The stand-in prints its own name") in links
 
 
 def test_edits_after_the_platform_run(platform_site):
@@ -589,14 +587,12 @@ def test_a_platform_with_no_record_yet_takes_no_other_platform_s_text(site):
     assert "An operation the stand-in lacks" not in differ[1]
 
 
-def test_a_block_that_differs_for_two_reasons_is_listed_under_both(platform_site, tmp_path):
+def test_a_block_that_differs_for_two_reasons_is_listed_under_both(tmp_path):
     """A block can differ for two reasons (its own failure, then errors printed when the
     interpreter exits): every cause that explains it lists it, not only the first."""
-    from conftest import Site
+    from conftest import target_site
 
-    copy, _, _ = platform_site
-    shutil.copytree(copy.path, tmp_path / "site", ignore=shutil.ignore_patterns("_build"))
-    again = Site(tmp_path / "site")
+    again, _, _ = target_site(tmp_path / "site", "platform", "platform")
     again.edit("platforms.md", "processes:\n", 'second-reason:\n  title: A second reason\n'
                '  model: The same block, for another reason.\n  chapter: index\n'
                '  errors: ["RuntimeError: UNIMPLEMENTED"]\nprocesses:\n')

@@ -506,20 +506,8 @@ class PlatformsMatrix(_VerdictPage):
             if cause.key in used or not waiting:
                 continue
             used.add(cause.key)
-            item = self._cause_item(cause)
-            head = nodes.paragraph()
-            head += nodes.strong(cause.title, cause.title)
-            head += nodes.Text(" (it names ")
-            for position, docname in enumerate(waiting):
-                if position:
-                    head += nodes.Text(", ")
-                head += self._doc_link(docname)
-            head += nodes.Text(", which no platform has a record of yet)")
-            item += head
-            inline, messages = self.parse_inline(cause.model, lineno=self.lineno)
-            item += nodes.paragraph("", "", *inline)
-            item += messages
-            first_runs += item
+            first_runs += self._cause_naming_pages(
+                cause, " (it names ", waiting, ", which no platform has a record of yet)")
         if first_runs.children:
             text = "Awaiting a platform's first run of a page"
             out += [nodes.rubric(text, text), first_runs]
@@ -541,16 +529,22 @@ class PlatformsMatrix(_VerdictPage):
 
     def _awaiting(self, cause: Cause, platform: Target, pending: list[str]) -> nodes.list_item:
         """A cause none of whose blocks is verified there now: its pages await a run."""
+        return self._cause_naming_pages(
+            cause, f" (no block verified on {platform.label} shows it now: it has not run the "
+                   f"current code of ", pending, ")")
+
+    def _cause_naming_pages(self, cause: Cause, opening: str, docnames: list[str],
+                            closing: str) -> nodes.list_item:
+        """A cause's item whose heading names pages rather than blocks, and its model."""
         item = self._cause_item(cause)
         head = nodes.paragraph()
         head += nodes.strong(cause.title, cause.title)
-        head += nodes.Text(f" (no block verified on {platform.label} shows it now: it has not "
-                           f"run the current code of ")
-        for position, docname in enumerate(pending):
+        head += nodes.Text(opening)
+        for position, docname in enumerate(docnames):
             if position:
                 head += nodes.Text(", ")
             head += self._doc_link(docname)
-        head += nodes.Text(")")
+        head += nodes.Text(closing)
         item += head
         inline, messages = self.parse_inline(cause.model, lineno=self.lineno)
         item += nodes.paragraph("", "", *inline)
