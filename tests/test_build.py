@@ -114,8 +114,9 @@ def test_invalid_cells_are_located_and_fail_the_build(site):
     assert build.app.statuscode == 1
     assert error_heads(build) == [
         "badglue.md:3: WARNING: glue 'known' glued again: prose shows the last value [verified.glue]",
-        "badglue.md:9: ERROR: glue 'unknown': no block of this page glued that name (glued: known) [verified.glue]",
-        "badglue.md:9: ERROR: glue 'known': cannot format '2' as '.2q': Unknown format code 'q' for object of type 'int' [verified.glue]",
+        # Each at its role's own line, not its paragraph's first.
+        "badglue.md:10: ERROR: glue 'unknown': no block of this page glued that name (did you mean 'known'? glued: known) [verified.glue]",
+        "badglue.md:11: ERROR: glue 'known': cannot format '2' as '.2q': Unknown format code 'q' for object of type 'int' [verified.glue]",
         "badlanguage.md:3: ERROR: code-cell language must be one of python, python3, ipython, ipython3, not 'rust' [verified.option]",
         "badnormalizer.md:3: ERROR: unknown normaliser(s) nosuch; known: addresses, floats, gloo, hex, ids, paths, xla-log [verified.option]",
         "badoutput.md:4: WARNING: 'code-cell': Invalid option value for 'output': sometimes: \"sometimes\" unknown; choose from \"exact\", or \"varies\" [myst.directive_option]",

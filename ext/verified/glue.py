@@ -9,8 +9,10 @@ unknown name at the role's line.
 
 from __future__ import annotations
 
+import difflib
 import re
 from ast import literal_eval
+from pathlib import Path
 
 from docutils import nodes
 from sphinx.domains import Domain
@@ -109,6 +111,28 @@ def glued_values(result: DocResult) -> dict[str, str]:
             if output.kind == "glue"}
 
 
+def _where(node: nodes.Node) -> str | nodes.Node:
+    """The role's own line: MyST gives an inline role its paragraph's first line, so the
+    role's text is looked for in the source from there."""
+    try:
+        lines = Path(node.source).read_text(encoding="utf-8").splitlines()
+    except (OSError, TypeError):
+        return node
+    role = re.fullmatch(r":([\w:.-]+):(`.*`)", node.rawsource or "", re.S)
+    if role is None:
+        return node
+    written = f"{{{role[1]}}}{role[2]}"  # the MyST spelling, {glue}`name`
+    for number in range(max((node.line or 1) - 1, 0), len(lines)):
+        if written in lines[number]:
+            return f"{node.source}:{number + 1}"
+    return node
+
+
+def _did_you_mean(key: str, values: dict[str, str]) -> str:
+    close = difflib.get_close_matches(key, values, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def resolve(doctree: nodes.document, result: DocResult | None,
             stopped: int | None = None, awaited: dict[str, str] | None = None,
             marks: dict[str, str] | None = None) -> bool:
@@ -131,8 +155,9 @@ def resolve(doctree: nodes.document, result: DocResult | None,
                    f"no value: the page stopped at its failed block (line {stopped}, reported "
                    f"above) before any block glued it" if stopped is not None else
                    "this page has no code-cell to glue it" if not result.blocks else
-                   f"no block of this page glued that name (glued: {known})")
-            logger.error(f"glue {key!r}: {why}", location=node, type="verified",
+                   f"no block of this page glued that name ({_did_you_mean(key, values)}"
+                   f"glued: {known})")
+            logger.error(f"glue {key!r}: {why}", location=_where(node), type="verified",
                          subtype="glue")
             reported = True
             node.replace_self([])
@@ -143,7 +168,7 @@ def resolve(doctree: nodes.document, result: DocResult | None,
             shown = values[key] if len(values[key]) <= 60 else values[key][:50] + "…"
             logger.error(f"glue {key!r}: cannot format {shown!r} as "
                          f"{node['format_spec']!r}: {err}",
-                         location=node, type="verified", subtype="glue")
+                         location=_where(node), type="verified", subtype="glue")
             reported = True
             node.replace_self([])
             continue
