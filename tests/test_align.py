@@ -4,8 +4,9 @@ keeps every unchanged block compared with its own recorded output, tracebacks in
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from verified.align import align, cell_names
+from verified.align import align, align_with_moves, cell_names
 from verified.model import Block, Environment, Output
 from verified.record import Record, RecordedBlock, source_digest
 
@@ -51,6 +52,35 @@ def test_record_block_for_follows_the_alignment():
     assert [record.block_for(b, now) for b in now] == [record.blocks[0], None,
                                                        record.blocks[1], record.blocks[2]]
 
+
+
+def test_a_platform_block_moved_past_others_keeps_its_last_run():
+    """Blocks moved below a run of others (a section moved to the end of the page) cannot be
+    paired by an order-keeping alignment; a platform-only block among them still shows what
+    the platform last printed for its unchanged source, and says why it is not verified."""
+    from verified.target_record import TargetBlock, TargetRecord
+    from verified.targets import PLATFORM, Target
+    from verified.verdict import last_run_entry, why_unverified
+
+    before = ["a = 1", "chip()", "b = 2", "c = 3", "d = 4", "e = 5"]
+    now = ["a = 1", "b = 2", "c = 3", "d = 4", "e = 5", "chip()", "f = 6", "b = 2"]
+    assert align([source_digest(x) for x in now], [source_digest(x) for x in before]) == {
+        0: 0, 1: 2, 2: 3, 3: 4, 4: 5}
+    # chip() is unique on both sides: paired; the repeated "b = 2" is not paired again.
+    assert align_with_moves([source_digest(x) for x in now],
+                            [source_digest(x) for x in before]) == {
+        0: 0, 1: 2, 2: 3, 3: 4, 4: 5, 5: 1}
+    record = TargetRecord("page", "stand-in", Environment(date="2026-01-01"), [
+        TargetBlock(line=i, source_sha256=source_digest(x), status="ran",
+                    outputs=[Output("stdout", f"{x}\n")]) for i, x in enumerate(before)])
+    blocks = tuple(Block(i, i, x) for i, x in enumerate(now))
+    assert last_run_entry(record, blocks[5], blocks).outputs[0].text == "chip()\n"
+    assert last_run_entry(record, blocks[6], blocks) is None
+    target = Target(PLATFORM, "stand-in", "Stand-in", Path("python"))
+    assert why_unverified(blocks[5], blocks, record, target) == (
+        "an earlier block changed since the Stand-in run")
+    assert why_unverified(blocks[6], blocks, record, target) == (
+        "this block is new or edited since the Stand-in run")
 
 def test_a_notebook_compares_a_moved_block_with_its_own_record():
     """The notebook's check pairs blocks as the page does: a block moved down by an inserted

@@ -47,6 +47,20 @@ def align(current: Sequence[str], recorded: Sequence[str]) -> dict[int, int]:
     return pairs
 
 
+
+def align_with_moves(current: Sequence[str], recorded: Sequence[str]) -> dict[int, int]:
+    """``align``, and also each block moved past others (which an order-keeping alignment
+    cannot pair) whose source occurs once in the page and once in the record: for showing
+    what a platform last printed for a block that did not change, never for verifying it."""
+    pairs = align(current, recorded)
+    taken = set(pairs.values())
+    for index, digest in enumerate(current):
+        if index not in pairs and current.count(digest) == 1 and recorded.count(digest) == 1:
+            other = recorded.index(digest)
+            if other not in taken:
+                pairs[index] = other
+    return pairs
+
 class Alignment:
     """One page's alignment with one record, worked out once per tuple of blocks."""
 

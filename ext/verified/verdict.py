@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from docutils import nodes
 
-from .align import align
+from .align import align_with_moves
 from .model import (FAILED, FAILED_BECAUSE, NOT_RUN, NOT_RUN_THERE, SKIPPED, Block,
                      DocSettings)
 from .record import RecordedBlock, UnreadableRecord, compare, source_digest
@@ -126,9 +126,9 @@ def verdict(block: Block, blocks: tuple[Block, ...], main: RecordedBlock | None,
 
 def last_run_entry(record: TargetRecord, block: Block, blocks: tuple[Block, ...]
                    ) -> TargetBlock | None:
-    """The entry of the block's unchanged source in a target's record, paired by source in
-    page order (``align.py``), whether or not that run verifies the block now."""
-    pairs = align([source_digest(b.source) for b in blocks],
+    """The entry of the block's unchanged source in a target's record, paired by source
+    (``align.py``; a block moved past others too), whether or not that run verifies it now."""
+    pairs = align_with_moves([source_digest(b.source) for b in blocks],
                   [recorded.source_sha256 for recorded in record.blocks])
     return record.blocks[pairs[block.index]] if block.index in pairs else None
 
@@ -140,7 +140,7 @@ def why_unverified(block: Block, blocks: tuple[Block, ...], record: TargetRecord
     target has not verified it until the page runs there again); "" if it never ran there."""
     if record is None or record.reason:
         return ""
-    there = align([source_digest(b.source) for b in blocks],
+    there = align_with_moves([source_digest(b.source) for b in blocks],
                   [recorded.source_sha256 for recorded in record.blocks])
     if block.index in there:
         return f"an earlier block changed since the {target.label} run"
