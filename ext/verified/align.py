@@ -14,6 +14,7 @@ input ``<ipython-input-23-…>`` (ipykernel ``/tmp/ipykernel_…/….py``), by e
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 import re
 from typing import Sequence
 
@@ -54,12 +55,15 @@ def align_with_moves(current: Sequence[str], recorded: Sequence[str]) -> dict[in
     what a platform last printed for a block that did not change, never for verifying it."""
     pairs = align(current, recorded)
     taken = set(pairs.values())
+    in_page, in_record = Counter(current), Counter(recorded)
+    first_in_record = {digest: index for index, digest in reversed(list(enumerate(recorded)))}
     for index, digest in enumerate(current):
-        if index not in pairs and current.count(digest) == 1 and recorded.count(digest) == 1:
-            other = recorded.index(digest)
+        if index not in pairs and in_page[digest] == 1 and in_record[digest] == 1:
+            other = first_in_record[digest]
             if other not in taken:
                 pairs[index] = other
     return pairs
+
 
 class Alignment:
     """One page's alignment with one record, worked out once per tuple of blocks."""
