@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 import sys
@@ -17,6 +18,14 @@ sys.path.insert(0, str(ROOT / "ext"))
 from sphinx.testing.util import SphinxTestApp  # noqa: E402
 
 ROOTS = Path(__file__).parent / "roots"
+
+
+def reader_kernel_env(**extra: str) -> dict[str, str]:
+    """The environment of a Jupyter kernel as a reader starts it: ipykernel forwards what is
+    written on file descriptors 1 and 2 (XLA's C++ log lines) unless it finds itself under
+    pytest, which it tells by this variable."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    return {**env, **extra}
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ROOTS
+from conftest import ROOTS, reader_kernel_env
 from test_execute import HOST_ADVISORY_WARNING, SLOW_COMPILE_ALARM
 from course.downloads import NotebookCheck, make_notebook
 from course.notebook_check import MODULES, check_data, module_sources
@@ -198,7 +198,7 @@ def _execute(notebook: nbformat.NotebookNode, workdir: Path, allow_errors: bool 
     client = NotebookClient(notebook, timeout=300, kernel_name="python3",
                             allow_errors=allow_errors,
                             resources={"metadata": {"path": str(workdir)}})
-    client.execute()
+    client.execute(env=reader_kernel_env())
     return notebook
 
 

@@ -11,7 +11,6 @@ Slow (it executes the whole course once more): ``pytest -m notebooks`` runs it a
 from __future__ import annotations
 
 import json
-import os
 import re
 import runpy
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from conftest import reader_kernel_env
 from course.downloads import NotebookCheck, make_notebook, notebook_environment
 from course.notebook_check import check_data
 from verified.collect import collect
@@ -95,7 +95,7 @@ def _run(path: Path, workdir: Path) -> tuple[nbformat.NotebookNode, list[str | N
                             resources={"metadata": {"path": str(workdir)}})
     # The kernel hashes strings as the page's interpreter does (driver.py sets the seed):
     # some messages list a set's members, in the order the hash seed gives them.
-    client.execute(env={**os.environ, "PYTHONHASHSEED": "0"})
+    client.execute(env=reader_kernel_env(PYTHONHASHSEED="0"))
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert "generated-check" in code[0].metadata.get("tags", [])
     assert "generated-setup" in code[1].metadata.get("tags", [])

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import re
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,9 +168,11 @@ class Capture:
         self.warnings: list[WarningRecord] = []
         self.rich = False  # rich drew for Jupyter
         self._undo: list = []
+        self._fences: list[_Fence] = []
+        self._descriptor: _Descriptor | None = None
 
     def start(self) -> None:
-        self.muted = False
+        self.muted = 0  # the thread whose writes are the shell's own, 0 when none
         for name in ("stdout", "stderr"):
             self._tee(name)
         self._patch(self.shell.display_pub, "publish", self._publish)
@@ -184,6 +187,14 @@ class Capture:
         caught.__enter__()
         self._undo.append(lambda: caught.__exit__(None, None, None))
         warnings.showwarning = self._warning
+
+    def drain(self) -> None:
+        """Wait until what the cell wrote on the descriptors Jupyter watches has come through
+        its watcher thread (a C++ log line, as XLA's, arrives there after the cell ends)."""
+        for fence in self._fences:
+            fence.wait()
+        if self._descriptor is not None:
+            self.texts["stderr"].append(self._descriptor.restore())
 
     def stop(self) -> None:
         while self._undo:
@@ -209,13 +220,24 @@ class Capture:
     def _tee(self, name: str) -> None:
         stream, parts = getattr(sys, name), self.texts[name]
         original = stream.write
+        fence = _Fence(stream)
+        if fence.fd is not None:
+            self._fences.append(fence)
+        elif name == "stderr":
+            self._descriptor = _Descriptor.route(2)
+            if self._descriptor is not None:
+                self._undo.append(self._descriptor.restore)
+                original = self._descriptor.write
         if name == "stderr":
             self._stderr = original  # warnings reach the reader through it, uncaptured
 
         def write(text):
-            if not self.muted:
+            text = fence.strip(text)
+            # Muted: the shell's own printing, on the thread that runs the cell. Jupyter's
+            # descriptor watcher writes from another thread, the cell's output even then.
+            if not self.muted or threading.get_ident() != self.muted:
                 parts.append(text)
-            return original(text)
+            return original(text) if text else 0
 
         try:
             stream.write = write  # Jupyter's stream: its descriptor watcher calls this too
@@ -233,7 +255,7 @@ class Capture:
         self.sink.extend(published(data, metadata))  # the worker's rule
 
     def _mute(self, *args, **kwargs) -> None:
-        self.muted = True
+        self.muted = threading.get_ident()
 
     def _traceback(self, exc_tuple=None, *args, **kwargs) -> None:
         """A display formatter's exception is the cell's error, as it is the block's in the
@@ -244,7 +266,7 @@ class Capture:
         self._mute()
 
     def _unmute(self, *args, **kwargs) -> None:
-        self.muted = False
+        self.muted = 0
 
     def _result(self, format_dict, *args, **kwargs) -> None:
         self.sink.append(("result", dict(format_dict)))
@@ -263,6 +285,87 @@ class Capture:
             found.append(Output(kind, without_colour(data.get("text/plain", "")), image,
                                 data.get("name", "")))
         return found
+
+
+class _Fence:
+    """A marker written on a watched stream's file descriptor: when the watcher thread passes
+    it on, everything written before it has arrived. The marker itself reaches no one."""
+
+    def __init__(self, stream):
+        watched = getattr(stream, "_should_watch", False) and getattr(stream, "_fid", None)
+        self.fd = getattr(stream, "_original_stdstream_fd", None) if watched else None
+        # Control characters a terminal ignores (NUL, then this fence's number in base 4 as
+        # SOH to EOT): the watcher echoes the marker to the kernel's own terminal too.
+        number, digits = id(self), []
+        while number:
+            number, digit = divmod(number, 4)
+            digits.append(chr(1 + digit))
+        self.marker = "\x00" + "".join(digits) + "\x00"
+        self.held = ""  # the start of a marker split across two reads of the pipe
+        self.passed = threading.Event()
+
+    def strip(self, text: str) -> str:
+        if self.fd is None or self.passed.is_set() or not self.marker[0] in self.held + text:
+            return text
+        text, self.held = self.held + text, ""
+        if self.marker in text:
+            self.passed.set()
+            return text.replace(self.marker, "")
+        for cut in range(min(len(self.marker) - 1, len(text)), 0, -1):
+            if self.marker.startswith(text[-cut:]):
+                self.held = text[-cut:]
+                return text[:-cut]
+        return text
+
+    def wait(self, seconds: float = 5.0) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, self.marker.encode())
+        except OSError:
+            return
+        self.passed.wait(seconds)
+
+
+class _Descriptor:
+    """Where no Jupyter watches the descriptors (a terminal's IPython), file descriptor 2 is
+    routed into a file for the cell, as the page's worker routes it, so that a C++ library's
+    log line (XLA's) is the cell's output here too; the reader sees it when the cell ends.
+    What Python writes goes straight to the terminal (the tee keeps it)."""
+
+    def __init__(self, fd: int, saved: int, file):
+        self.fd, self.saved, self.file = fd, saved, file
+
+    @classmethod
+    def route(cls, fd: int) -> "_Descriptor | None":
+        import tempfile
+
+        try:
+            saved = os.dup(fd)
+        except OSError:
+            return None
+        file = tempfile.TemporaryFile()
+        sys.stderr.flush()  # what Python holds goes out before the descriptor moves
+        os.dup2(file.fileno(), fd)
+        return cls(fd, saved, file)
+
+    def write(self, text: str) -> int:
+        os.write(self.saved, text.encode("utf-8", errors="surrogateescape"))
+        return len(text)
+
+    def restore(self) -> str:
+        """Descriptor 2 back as it was; what was written on it, shown and returned."""
+        if self.file is None:
+            return ""
+        os.dup2(self.saved, self.fd)
+        self.file.seek(0)
+        data = self.file.read()
+        self.file.close()
+        self.file = None
+        if data:
+            os.write(self.saved, data)
+        os.close(self.saved)
+        return data.decode("utf-8", errors="surrogateescape")
 
 
 class _Stream:
@@ -386,6 +489,7 @@ class Check:
         item, capture, source = self.current
         self.current = None
         _wait_for_jax()
+        capture.drain()
         capture.stop()
         error = result.error_before_exec or result.error_in_exec
         kind, line = self.judge(item, capture, error)
