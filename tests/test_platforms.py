@@ -471,6 +471,15 @@ def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
     one = chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"})
     assert one[0].astext() == ("On TPU v5e, 1 block of this page did not run, because a block "
                                "before it fails there: in “Meshes”.")
+    # Every failing block failed for want of devices: the line says so. One that failed
+    # otherwise leaves the reason to its own caption.
+    short = {"tpu-v5e": {1: (8, 1), 2: (8, 1), 4: (8, 1)}}
+    assert chapter_notes(depending, {1: "Meshes"}, short)[0].astext() == (
+        "On TPU v5e, 5 blocks of this page did not run, because the page asks for 8 devices "
+        "and TPU v5e here has 1 device, so blocks before them fail there: in “Meshes”.")
+    partly = {"tpu-v5e": {1: (8, 1), 2: (8, 1)}}
+    assert chapter_notes(depending, {1: "Meshes"}, partly)[0].astext().startswith(
+        "On TPU v5e, 5 blocks of this page did not run, because blocks before them fail")
 
 
 def test_each_page_s_outcome_is_worked_out_once_per_build(platform_site, monkeypatch):

@@ -21,7 +21,7 @@ from .outcome import page_outcome
 from .outcome import result_of as _result_of
 from .render import failure_report, render_block
 from .state import state
-from .verdict import DEPENDS, Verdict, chapter_notes, label_block, verdict_nodes
+from .verdict import DEPENDS, NEEDS_DEVICES, Verdict, chapter_notes, label_block, verdict_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     result = outcome.result if outcome else None
     depending: list[Verdict] = []  # blocks that did not run on a target after one that fails
     sections: dict[int, str] = {}
+    short: dict[str, dict[int, tuple[int, int]]] = {}  # per target, blocks short of devices
     glue_problems = False
     if result is not None:
         glue_problems = _warn_duplicate_glue(docname, found.job.blocks, result)
@@ -79,6 +80,9 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                     if item.target.name != block.platform]
         # (a block that runs on one platform alone: its caption speaks for that platform)
         depending += [item for item in verdicts if item.kind == DEPENDS]
+        for item in verdicts:
+            if item.kind == NEEDS_DEVICES:
+                short.setdefault(item.target.name, {})[block.index] = item.devices
         verdicts = [item for item in verdicts if item.kind != DEPENDS]  # said once, at the top
         sections[block.index] = found.sections[block.index]
         environment = verification.recorded_environment if block.index in outcome.elsewhere \
@@ -87,7 +91,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                             verdict_nodes(verdicts, set(block.tags)))
         label_block(app.env, docname, block, cell)
         node.replace_self(cell)
-    _insert_at_top(doctree, chapter_notes(depending, sections))
+    _insert_at_top(doctree, chapter_notes(depending, sections, short))
     # After the blocks' errors: a name a failed block never got to glue follows from them.
     stopped = next((block.line for block in found.job.blocks if not block.platform
                     and result.blocks[block.index].failed), None) if result else None
