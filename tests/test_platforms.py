@@ -79,7 +79,7 @@ def test_captions_give_every_platform_verdict(platform_site):
     assert unescape(re.sub(r"<[^>]+>", "", note.group(1))) == (
         "On Stand-in, 1 block of this page did not run, because a block before it fails "
         "there: in “Platform”.")
-    assert 'href="#block-line-24"' in note.group(1) and 'id="block-line-24"' in page
+    assert 'href="#block-line-25"' in note.group(1) and 'id="block-line-25"' in page
     assert page.count("chapter-target-note") == 1
     fold = re.search(r'<details class="cell-reveal cell-matrix-output"><summary>'
                      r'Show the output on Stand-in</summary>(.*?)</details>', page, re.S)
@@ -152,7 +152,7 @@ def test_platforms_page_counts_agree_with_the_records(platform_site):
     assert "An operation the stand-in lacks (1 block; taught in Platform)" in text
     assert "Pages of several processes (1 block; taught in Several processes)" in text
     assert "Not yet explained" not in text
-    assert 'href="index.html#block-line-14"' in page
+    assert 'href="index.html#block-line-15"' in page
     # The same counts as a picture, drawn at build time, and in words for its alt text.
     chart = re.search(r'<img alt="([^"]*)" class="platforms-chart" src="data:image/png;base64,'
                       r'iVBOR', page)
@@ -218,8 +218,8 @@ def test_edits_after_the_platform_run(platform_site):
     edited = copy.build("html")
     assert "runs on Stand-in only, and is not yet verified there" in edited.html()
     assert edited.warning_lines() == [
-        "index.md:42: ERROR: glue 'platform_speed': no value yet: the block that glues it "
-        "(line 34) runs on Stand-in only and is not yet verified there (it or a block above it "
+        "index.md:43: ERROR: glue 'platform_speed': no value yet: the block that glues it "
+        "(line 35) runs on Stand-in only and is not yet verified there (it or a block above it "
         "changed since that run) [verified.glue]"]
 
 
@@ -234,7 +234,7 @@ def test_platform_doctest_passes_then_catches_a_change(site):
                                                  "ran somewhere else"))
     checked = copy.build("platform-doctest", fresh=True)
     assert "platform: 6 passed, 1 failed, 1 not run there" in checked.status
-    assert "index.md:34: output on Stand-in differs from its record" in checked.status
+    assert "index.md:35: output on Stand-in differs from its record" in checked.status
     assert checked.app.statuscode == 1
 
 
@@ -256,7 +256,7 @@ def test_an_unknown_platform_option_is_a_located_error(site):
     copy.build("platform", fresh=True)
     build = copy.build("html", fresh=True)
     assert build.warning_lines() == [
-        "index.md:34: ERROR: unknown platform 'tpu-v9' (verified_platforms names: stand-in) "
+        "index.md:35: ERROR: unknown platform 'tpu-v9' (verified_platforms names: stand-in) "
         "[verified.option]"]
 
 
@@ -471,15 +471,16 @@ def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
     one = chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"})
     assert one[0].astext() == ("On TPU v5e, 1 block of this page did not run, because a block "
                                "before it fails there: in “Meshes”.")
-    # Every failing block failed for want of devices: the line says so. One that failed
-    # otherwise leaves the reason to its own caption.
-    short = {"tpu-v5e": {1: (8, 1), 2: (8, 1), 4: (8, 1)}}
+    # The blocks that fail for want of devices are counted, with what was asked and had.
+    short = {"tpu-v5e": {1: (8, 1), 2: (8, 1)}}
     assert chapter_notes(depending, {1: "Meshes"}, short)[0].astext() == (
-        "On TPU v5e, 5 blocks of this page did not run, because the page asks for 8 devices "
-        "and TPU v5e here has 1 device, so blocks before them fail there: in “Meshes”.")
-    partly = {"tpu-v5e": {1: (8, 1), 2: (8, 1)}}
-    assert chapter_notes(depending, {1: "Meshes"}, partly)[0].astext().startswith(
-        "On TPU v5e, 5 blocks of this page did not run, because blocks before them fail")
+        "On TPU v5e, 5 blocks of this page did not run, because blocks before them fail there: "
+        "in “Meshes”. 2 blocks fail there for want of devices: the page asks for 8, and TPU v5e "
+        "here has 1.")
+    assert chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"},
+                         {"tpu-v5e": {1: (4, 2)}})[0].astext().endswith(
+        "in “Meshes”. 1 block fails there for want of devices: the page asks for 4, and TPU v5e "
+        "here has 2.")
 
 
 def test_each_page_s_outcome_is_worked_out_once_per_build(platform_site, monkeypatch):

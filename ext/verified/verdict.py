@@ -254,10 +254,10 @@ def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
 def chapter_notes(depending: list[Verdict], sections: dict[int, str],
                   short: dict[str, dict[int, tuple[int, int]]] | None = None) -> list[nodes.Node]:
     """One line per target for a page's blocks that did not run there because an earlier
-    block fails there (said once, at the top, not under each of them): how many, why when
-    every failing block fails for want of devices (``short``: per target, block index to
-    devices asked for and had), and where the failing blocks are, by section (``sections``:
-    block index to title), each section linked to its first failing block."""
+    block fails there (said once, at the top, not under each of them): how many, where the
+    failing blocks are, by section (``sections``: block index to title), each section linked
+    to its first failing block, and how many blocks fail there for want of devices
+    (``short``: per target, block index to the devices asked for and had)."""
     short = short or {}
     rendered: list[nodes.Node] = []
     by_target: dict[str, list[Verdict]] = {}
@@ -274,12 +274,6 @@ def chapter_notes(depending: list[Verdict], sections: dict[int, str],
                                         f"cell-target-{items[0].target.kind}"])
         blocks, them = ("1 block", "it") if count == 1 else (f"{count} blocks", "them")
         line += nodes.Text(f"On {label}, {blocks} of this page did not run, because ")
-        wanting = short.get(items[0].target.name, {})
-        if failing and all(block.index in wanting for block in failing):
-            asked, has = max(wanting[block.index] for block in failing)
-            device = "device" if has == 1 else "devices"
-            line += nodes.Text(f"the page asks for {asked} devices and {label} here "
-                               f"has {has} {device}, so ")
         if len(failing) <= 1:
             line += nodes.Text(f"a block before {them} fails there")
         else:
@@ -291,6 +285,12 @@ def chapter_notes(depending: list[Verdict], sections: dict[int, str],
             words = f"“{title}”"
             line += nodes.reference(words, words, refid=block_anchor(block), internal=True)
         line += nodes.Text(".")
+        lacking = short.get(items[0].target.name, {})
+        if lacking:
+            asked, has = max(lacking.values())
+            which = "1 block fails" if len(lacking) == 1 else f"{len(lacking)} blocks fail"
+            line += nodes.Text(f" {which} there for want of devices: the page asks for "
+                               f"{asked}, and {label} here has {has}.")
         rendered.append(line)
     return rendered
 
