@@ -90,6 +90,21 @@ def test_the_site_is_shown_from_the_verified_record(site):
     assert ran == []
 
 
+def test_the_chapter_line_says_how_many_blocks_lack_devices_on_the_chip(site):
+    """10 asks for eight devices and the chip has one: the line at the top of the page counts
+    the blocks that fail there for that reason, as many as their own captions say so."""
+    import html
+    import re
+
+    page = html.unescape(re.sub(r"<[^>]+>", "", (site / "part2" / "10-sharding.html").read_text()))
+    lacking = page.count("needs 8 devices (TPU v5e here has 1)")
+    assert lacking > 0, "no block of 10 says it needs more devices than the chip has"
+    note = re.search(r"On TPU v5e, \d+ blocks? of this page did not run, [^\n]*", page)
+    assert note and note.group(0).endswith(
+        f" {lacking} block{'s' if lacking > 1 else ''} fail{'' if lacking > 1 else 's'} there "
+        "for want of devices: the page asks for 8, and TPU v5e here has 1."), note
+
+
 def chapter_count(site: Path) -> int:
     return len(list((site / "_downloads" / "chapters").rglob("*.ipynb")))
 
