@@ -451,7 +451,7 @@ def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
 
     from verified.model import Block
     from verified.targets import PLATFORM, VERSION, Target
-    from verified.verdict import DEPENDS, Verdict, chapter_notes
+    from verified.verdict import DEPENDS, NEEDS_DEVICES, Verdict, chapter_notes
 
     tpu = Target(PLATFORM, "tpu-v5e", "TPU v5e", P("python"))
     old = Target(VERSION, "0.4.38", "jax 0.4.38", P("python"))
@@ -472,13 +472,13 @@ def test_blocks_that_did_not_run_after_a_failing_one_are_one_line_per_target():
     assert one[0].astext() == ("On TPU v5e, 1 block of this page did not run, because a block "
                                "before it fails there: in “Meshes”.")
     # The blocks that fail for want of devices are counted, with what was asked and had.
-    short = {"tpu-v5e": {1: (8, 1), 2: (8, 1)}}
+    short = [Verdict(NEEDS_DEVICES, tpu, devices=(8, 1)) for _ in range(2)]
     assert chapter_notes(depending, {1: "Meshes"}, short)[0].astext() == (
         "On TPU v5e, 5 blocks of this page did not run, because blocks before them fail there: "
         "in “Meshes”. 2 blocks fail there for want of devices: the page asks for 8, and TPU v5e "
         "here has 1.")
     assert chapter_notes([Verdict(DEPENDS, tpu, because=first)], {1: "Meshes"},
-                         {"tpu-v5e": {1: (4, 2)}})[0].astext().endswith(
+                         [Verdict(NEEDS_DEVICES, tpu, devices=(4, 2))])[0].astext().endswith(
         "in “Meshes”. 1 block fails there for want of devices: the page asks for 4, and TPU v5e "
         "here has 2.")
 

@@ -42,7 +42,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     result = outcome.result if outcome else None
     depending: list[Verdict] = []  # blocks that did not run on a target after one that fails
     sections: dict[int, str] = {}
-    short: dict[str, dict[int, tuple[int, int]]] = {}  # per target, blocks short of devices
+    short: list[Verdict] = []  # blocks that fail on a target for want of devices
     glue_problems = False
     if result is not None:
         glue_problems = _warn_duplicate_glue(docname, found.job.blocks, result)
@@ -80,9 +80,7 @@ def on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:
                     if item.target.name != block.platform]
         # (a block that runs on one platform alone: its caption speaks for that platform)
         depending += [item for item in verdicts if item.kind == DEPENDS]
-        for item in verdicts:
-            if item.kind == NEEDS_DEVICES:
-                short.setdefault(item.target.name, {})[block.index] = item.devices
+        short += [item for item in verdicts if item.kind == NEEDS_DEVICES]
         verdicts = [item for item in verdicts if item.kind != DEPENDS]  # said once, at the top
         sections[block.index] = found.sections[block.index]
         environment = verification.recorded_environment if block.index in outcome.elsewhere \

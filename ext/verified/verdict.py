@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from docutils import nodes
@@ -252,13 +253,12 @@ def verdict_nodes(verdicts: list[Verdict], tags: set[str]) -> list[nodes.Node]:
 
 
 def chapter_notes(depending: list[Verdict], sections: dict[int, str],
-                  short: dict[str, dict[int, tuple[int, int]]] | None = None) -> list[nodes.Node]:
+                  short: Sequence[Verdict] = ()) -> list[nodes.Node]:
     """One line per target for a page's blocks that did not run there because an earlier
     block fails there (said once, at the top, not under each of them): how many, where the
     failing blocks are, by section (``sections``: block index to title), each section linked
     to its first failing block, and how many blocks fail there for want of devices
-    (``short``: per target, block index to the devices asked for and had)."""
-    short = short or {}
+    (``short``: their needs-devices verdicts)."""
     rendered: list[nodes.Node] = []
     by_target: dict[str, list[Verdict]] = {}
     for item in depending:
@@ -285,9 +285,9 @@ def chapter_notes(depending: list[Verdict], sections: dict[int, str],
             words = f"“{title}”"
             line += nodes.reference(words, words, refid=block_anchor(block), internal=True)
         line += nodes.Text(".")
-        lacking = short.get(items[0].target.name, {})
+        lacking = [item.devices for item in short if item.target.name == items[0].target.name]
         if lacking:
-            asked, has = max(lacking.values())
+            asked, has = max(lacking)
             which = "1 block fails" if len(lacking) == 1 else f"{len(lacking)} blocks fail"
             line += nodes.Text(f" {which} there for want of devices: the page asks for "
                                f"{asked}, and {label} here has {has}.")
